@@ -1,0 +1,110 @@
+"""Creating, recognising and upgrading a flowdrop_local database file.
+
+``schema.sql`` (top level of the repository, shipped inside the wheel as
+``flowdrop_local/schema.sql``) is the only definition of the schema. A fresh file
+gets it whole; an older file is brought forward by the numbered steps in
+``MIGRATIONS``, all in one transaction. The version lives in ``PRAGMA
+user_version`` and the file is marked with ``PRAGMA application_id``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from .errors import NotADatabase, NotAFlowdropDatabase, SchemaTooNew
+
+APPLICATION_ID = 0x46444C53  # 'FDLS'
+SCHEMA_VERSION = 1
+
+# MIGRATIONS[n] upgrades a version-n file to version n + 1. Append-only: a step,
+# once released, is never edited.
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+
+
+@cache
+def schema_sql() -> str:
+    """The text of schema.sql: from the installed package, else the source checkout."""
+    packaged = resources.files("flowdrop_local").joinpath("schema.sql")
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    return (Path(__file__).resolve().parent.parent / "schema.sql").read_text(encoding="utf-8")
+
+
+def statements(script: str) -> Iterator[str]:
+    """Split an SQL script into complete statements (triggers included)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            if pending.strip():
+                yield pending.strip()
+            pending = ""
+    if pending.strip() and not all(
+        not ln.strip() or ln.strip().startswith("--") for ln in pending.splitlines()
+    ):
+        raise ValueError(f"incomplete SQL statement at the end of the script: {pending!r}")
+
+
+def _header(conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """(application_id, user_version, number of schema objects), reading only."""
+    try:
+        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        objects = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    except sqlite3.DatabaseError as error:
+        raise NotADatabase(f"not an SQLite database, or a corrupt one: {error}") from None
+    return application_id, version, objects
+
+
+def prepare(conn: sqlite3.Connection, where: str) -> None:
+    """Check what the file is; create or upgrade its schema when it needs it.
+
+    Nothing is written unless the file is a fresh (empty) database or an older
+    flowdrop_local file, and then in one ``BEGIN IMMEDIATE`` transaction.
+
+    Raises:
+        NotADatabase, NotAFlowdropDatabase, SchemaTooNew
+    """
+    application_id, version, objects = _header(conn)
+    if application_id == APPLICATION_ID and version == SCHEMA_VERSION:
+        return
+    _check_recognised(application_id, version, objects, where)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Another process may have created or upgraded the file meanwhile.
+        application_id, version, objects = _header(conn)
+        _check_recognised(application_id, version, objects, where)
+        if objects == 0:
+            for statement in statements(schema_sql()):
+                conn.execute(statement)
+        else:
+            while version < SCHEMA_VERSION:
+                MIGRATIONS[version](conn)
+                version += 1
+                conn.execute(f"PRAGMA user_version = {version:d}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _check_recognised(application_id: int, version: int, objects: int, where: str) -> None:
+    if application_id == 0 and version == 0 and objects == 0:
+        return  # an empty database: ours to create
+    if application_id != APPLICATION_ID:
+        raise NotAFlowdropDatabase(
+            f"{where} is an SQLite database, but not a flowdrop_local one "
+            f"(application_id {application_id:#x})"
+        )
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"{where} has schema version {version}; this flowdrop_local reads up to "
+            f"{SCHEMA_VERSION}: upgrade flowdrop_local"
+        )
+    if version < 1 or any(v not in MIGRATIONS for v in range(version, SCHEMA_VERSION)):
+        raise NotAFlowdropDatabase(f"{where} has unknown flowdrop_local schema version {version}")

@@ -1,0 +1,364 @@
+"""A conversation buffer and its append path, where the buffer rules are kept.
+
+One append (one message or a batch) is one write transaction. For each incoming
+message, in order:
+
+* ``user``: first heal (MEM-3). The ledger's partial index yields the buffer's
+  unanswered calls; each gets a placeholder placed between its declaring turn and
+  that turn's successor, so no other row moves. Then the message is appended.
+* ``tool`` with an id: dropped if a result for the id is stored (MEM-1), unless
+  the stored one is a healed placeholder and the incoming one is not, in which
+  case it overwrites the placeholder in place (MEM-10). Otherwise appended, and
+  the ledger records the call as answered wherever the result stands.
+* ``assistant`` declaring calls: dropped when every id it declares is already in
+  the ledger (MEM-2); otherwise appended and its new ids recorded.
+
+Every statement is an index look-up: the cost of an append does not depend on
+the length of the buffer, and healing costs one insert per unanswered call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .errors import InvalidAddress, InvalidMessage
+from .model import AppendResult, Message, converter
+from .positions import key_between, keys_between
+from .rules.incoming import Incoming, normalize
+from .rules.pairing import PLACEHOLDER_CONTENT, plan_healing
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from .store import Store
+
+_FIND_BUFFER = "SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?"
+_CREATE_BUFFER = "INSERT OR IGNORE INTO buffers (scope, scope_id, key) VALUES (?, ?, ?)"
+_COUNT_AND_TAIL = (
+    "SELECT message_count, (SELECT max(position) FROM messages WHERE buffer_id = ?1) "
+    "FROM buffers WHERE id = ?1"
+)
+_COUNT = "SELECT message_count FROM buffers WHERE id = ?"
+_INSERT = (
+    "INSERT INTO messages (id, buffer_id, position, role, content, content_parts, metadata) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_FIND_RESULT = "SELECT id, healed FROM messages WHERE buffer_id = ? AND tool_call_id = ?"
+_REPLACE_PLACEHOLDER = "UPDATE messages SET content = ?, content_parts = ?, metadata = ? WHERE id = ?"
+_MARK_ANSWERED = "UPDATE tool_calls SET answered_by = ? WHERE buffer_id = ? AND call_id = ?"
+_COUNT_DECLARED = (
+    "SELECT count(*) FROM tool_calls WHERE buffer_id = ? "
+    "AND call_id IN (SELECT value FROM json_each(?))"
+)
+# The first declaration owns the call; a result stored earlier already answers it.
+_DECLARE = (
+    "INSERT OR IGNORE INTO tool_calls (buffer_id, call_id, declared_by, ordinal, answered_by) "
+    "VALUES (?1, ?2, ?3, ?4, (SELECT id FROM messages WHERE buffer_id = ?1 AND tool_call_id = ?2))"
+)
+_UNANSWERED = (
+    "SELECT m.position, t.call_id FROM tool_calls AS t JOIN messages AS m ON m.id = t.declared_by "
+    "WHERE t.buffer_id = ? AND t.answered_by IS NULL ORDER BY m.position, t.ordinal"
+)
+_SUCCESSOR = (
+    "SELECT position FROM messages WHERE buffer_id = ? AND position > ? "
+    "ORDER BY position LIMIT 1"
+)
+_READ_ALL = (
+    "SELECT role, content, content_parts, metadata FROM messages "
+    "WHERE buffer_id = ? ORDER BY position"
+)
+_READ_LAST = (
+    "SELECT role, content, content_parts, metadata FROM messages "
+    "WHERE buffer_id = ? ORDER BY position DESC LIMIT ?"
+)
+_MESSAGES_ALL = (
+    "SELECT id, position, role, content, content_parts, metadata, created_at FROM messages "
+    "WHERE buffer_id = ? ORDER BY position"
+)
+_MESSAGES_LAST = (
+    "SELECT id, position, role, content, content_parts, metadata, created_at FROM messages "
+    "WHERE buffer_id = ? ORDER BY position DESC LIMIT ?"
+)
+_EVICT_OLDEST = (
+    "DELETE FROM messages WHERE id IN "
+    "(SELECT id FROM messages WHERE buffer_id = ? ORDER BY position LIMIT ?)"
+)
+_FIRST = "SELECT id, role FROM messages WHERE buffer_id = ? ORDER BY position LIMIT 1"
+_DELETE_ONE = "DELETE FROM messages WHERE id = ?"
+_CLEAR_LEDGER = "DELETE FROM tool_calls WHERE buffer_id = ?"
+_CLEAR_MESSAGES = "DELETE FROM messages WHERE buffer_id = ?"
+_PLACEHOLDER_METADATA = '{{"tool_call_id":{},"healed":true}}'
+
+
+def new_message_id() -> str:
+    """A UUIDv7 (RFC 9562): time-ordered, so new rows land at the end of the id index."""
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
+    value = value & ~(0x3 << 62) | 0x2 << 62  # RFC 4122 variant
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _address_part(name: str, value: object, *, allow_empty: bool) -> str:
+    if not isinstance(value, str):
+        raise InvalidAddress(f"{name} must be a string, not {type(value).__name__}")
+    if not allow_empty and not value.strip():
+        raise InvalidAddress(f"{name} must not be blank")
+    return value
+
+
+def _as_batch(messages: object) -> list[Incoming]:
+    """Validate every message of an append before anything is written."""
+    if isinstance(messages, Mapping):
+        return [normalize(messages, 0)]
+    if isinstance(messages, Message):
+        return [normalize(messages.to_dict(), 0)]
+    if isinstance(messages, str | bytes) or not isinstance(messages, Iterable):
+        raise InvalidMessage(
+            0, "message", f"expected a message or an iterable of them, not {type(messages).__name__}"
+        )
+    return [
+        normalize(m.to_dict() if isinstance(m, Message) else m, i) for i, m in enumerate(messages)
+    ]
+
+
+def _row_to_dict(role: str, content: str, parts: int, metadata: str) -> dict[str, Any]:
+    return {
+        "role": role,
+        "content": json.loads(content) if parts else content,
+        "metadata": json.loads(metadata),
+    }
+
+
+class Buffer:
+    """One conversation buffer, addressed by ``(scope, scope_id, key)``.
+
+    Obtained from :meth:`Store.buffer`. Holds no rows itself: every call reads or
+    writes the file, so two ``Buffer`` objects for one address see the same data.
+
+    ``window``: keep at most this many messages. An append that goes past it
+    evicts the oldest in the same transaction, and then any tool results left
+    leading the buffer (their calls went with the evicted turns). The window
+    belongs to this handle, not to the stored buffer.
+    """
+
+    def __init__(
+        self, store: Store, scope: str, scope_id: str, key: str, *, window: int | None = None
+    ) -> None:
+        if window is not None and (
+            not isinstance(window, int) or isinstance(window, bool) or window < 1
+        ):
+            raise ValueError(f"window must be a positive integer or None, got {window!r}")
+        self.store = store
+        self.window = window
+        self.scope = _address_part("scope", scope, allow_empty=False)
+        self.scope_id = _address_part("scope_id", scope_id, allow_empty=True)
+        self.key = _address_part("key", key, allow_empty=False)
+        self._id: int | None = None  # the buffers row, once it exists (never deleted)
+
+    def __repr__(self) -> str:
+        return f"<Buffer {self.scope!r} {self.scope_id!r} {self.key!r}>"
+
+    # ------------------------------------------------------------------ reads
+
+    def _existing_id(self, conn: sqlite3.Connection) -> int | None:
+        if self._id is None:
+            row = conn.execute(_FIND_BUFFER, (self.scope, self.scope_id, self.key)).fetchone()
+            if row is not None:
+                self._id = row[0]
+        return self._id
+
+    def read(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The messages as ``{"role", "content", "metadata"}`` dicts, in position order.
+
+        ``limit``: only the last ``limit`` messages (still in order).
+        """
+        with self.store._read() as conn:
+            buffer_id = self._existing_id(conn)
+            if buffer_id is None:
+                return []
+            if limit is None:
+                rows = conn.execute(_READ_ALL, (buffer_id,)).fetchall()
+            else:
+                rows = conn.execute(_READ_LAST, (buffer_id, _check_limit(limit))).fetchall()
+                rows.reverse()
+        return [_row_to_dict(*row) for row in rows]
+
+    def messages(self, limit: int | None = None) -> list[Message]:
+        """The stored messages as :class:`Message` records, in position order."""
+        with self.store._read() as conn:
+            buffer_id = self._existing_id(conn)
+            if buffer_id is None:
+                return []
+            if limit is None:
+                rows = conn.execute(_MESSAGES_ALL, (buffer_id,)).fetchall()
+            else:
+                rows = conn.execute(_MESSAGES_LAST, (buffer_id, _check_limit(limit))).fetchall()
+                rows.reverse()
+        return [
+            converter.structure(
+                {
+                    "id": id_,
+                    "position": position,
+                    "role": role,
+                    "content": json.loads(content) if parts else content,
+                    "metadata": json.loads(metadata),
+                    "created_at": created_at,
+                },
+                Message,
+            )
+            for id_, position, role, content, parts, metadata, created_at in rows
+        ]
+
+    def __len__(self) -> int:
+        with self.store._read() as conn:
+            buffer_id = self._existing_id(conn)
+            if buffer_id is None:
+                return 0
+            return int(conn.execute(_COUNT, (buffer_id,)).fetchone()[0])
+
+    # ----------------------------------------------------------------- writes
+
+    def clear(self) -> int:
+        """Delete every message of this buffer in one transaction; return how many."""
+        with self.store._write() as conn:
+            buffer_id = self._existing_id(conn)
+            if buffer_id is None:
+                return 0
+            conn.execute(_CLEAR_LEDGER, (buffer_id,))
+            return conn.execute(_CLEAR_MESSAGES, (buffer_id,)).rowcount
+
+    def append(self, messages: Mapping[str, Any] | Message | Iterable[Mapping[str, Any] | Message]) -> AppendResult:
+        """Append one message or a batch, keeping the buffer rules, in one transaction.
+
+        Returns:
+            An :class:`AppendResult` (MEM-14).
+
+        Raises:
+            InvalidMessage: a message is malformed; nothing was written.
+        """
+        batch = _as_batch(messages)
+        with self.store._write() as conn:
+            return self._append(conn, batch)
+
+    def _append(self, conn: sqlite3.Connection, batch: list[Incoming]) -> AppendResult:
+        buffer_id = self._existing_id(conn)
+        if buffer_id is None:
+            conn.execute(_CREATE_BUFFER, (self.scope, self.scope_id, self.key))
+            self._id = None
+            buffer_id = self._existing_id(conn)
+            assert buffer_id is not None
+        count, tail = conn.execute(_COUNT_AND_TAIL, (buffer_id,)).fetchone()
+        execute = conn.execute
+        new_ids: list[str] = []
+        healed_ids: list[str] = []
+        replaced_ids: list[str] = []
+        dropped = 0
+        for message in batch:
+            role = message.role
+            if role == "user":
+                tail = self._heal(conn, buffer_id, tail, healed_ids)
+            elif role == "tool" and message.tool_call_id is not None:
+                found = execute(_FIND_RESULT, (buffer_id, message.tool_call_id)).fetchone()
+                if found is not None:
+                    if found[1] and not message.healed:  # MEM-10
+                        execute(
+                            _REPLACE_PLACEHOLDER,
+                            (message.content, message.content_parts, message.metadata, found[0]),
+                        )
+                        replaced_ids.append(found[0])
+                    else:  # MEM-1
+                        dropped += 1
+                    continue
+            elif message.declared:
+                unique = list(dict.fromkeys(message.declared))
+                known = execute(_COUNT_DECLARED, (buffer_id, json.dumps(unique))).fetchone()[0]
+                if known == len(unique):  # MEM-2
+                    dropped += 1
+                    continue
+            message_id = new_message_id()
+            tail = key_between(tail, None)
+            execute(
+                _INSERT,
+                (
+                    message_id,
+                    buffer_id,
+                    tail,
+                    role,
+                    message.content,
+                    message.content_parts,
+                    message.metadata,
+                ),
+            )
+            new_ids.append(message_id)
+            if message.tool_call_id is not None:
+                execute(_MARK_ANSWERED, (message_id, buffer_id, message.tool_call_id))
+            elif message.declared:
+                conn.executemany(
+                    _DECLARE,
+                    [
+                        (buffer_id, call_id, message_id, ordinal)
+                        for ordinal, call_id in enumerate(message.declared)
+                    ],
+                )
+        count += len(new_ids) + len(healed_ids)
+        evicted = 0
+        if self.window is not None and count > self.window:
+            evicted = self._evict(conn, buffer_id, count - self.window)
+            count -= evicted
+        return AppendResult(
+            count=count,
+            appended=len(new_ids),
+            message_ids=tuple(new_ids),
+            healed_ids=tuple(healed_ids),
+            replaced_ids=tuple(replaced_ids),
+            dropped=dropped,
+            evicted=evicted,
+        )
+
+    @staticmethod
+    def _evict(conn: sqlite3.Connection, buffer_id: int, excess: int) -> int:
+        """Delete the ``excess`` oldest messages, then tool results left leading."""
+        evicted = conn.execute(_EVICT_OLDEST, (buffer_id, excess)).rowcount
+        while (first := conn.execute(_FIRST, (buffer_id,)).fetchone()) and first[1] == "tool":
+            evicted += conn.execute(_DELETE_ONE, (first[0],)).rowcount
+        return int(evicted)
+
+    @staticmethod
+    def _heal(
+        conn: sqlite3.Connection, buffer_id: int, tail: str | None, healed_ids: list[str]
+    ) -> str | None:
+        """Answer every unanswered call of the buffer with a placeholder (MEM-3).
+
+        Returns the buffer's new last position.
+        """
+        unanswered = conn.execute(_UNANSWERED, (buffer_id,)).fetchall()
+        if not unanswered:
+            return tail
+        for turn_position, call_ids in plan_healing(unanswered):
+            successor = conn.execute(_SUCCESSOR, (buffer_id, turn_position)).fetchone()
+            upper = None if successor is None else successor[0]
+            positions = keys_between(turn_position, upper, len(call_ids))
+            rows = []
+            for position, call_id in zip(positions, call_ids, strict=True):
+                message_id = new_message_id()
+                metadata = _PLACEHOLDER_METADATA.format(json.dumps(call_id, ensure_ascii=False))
+                rows.append((message_id, buffer_id, position, "tool", PLACEHOLDER_CONTENT, 0, metadata))
+                healed_ids.append(message_id)
+            conn.executemany(_INSERT, rows)
+            conn.executemany(
+                _MARK_ANSWERED, [(row[0], buffer_id, call_id) for row, call_id in zip(rows, call_ids, strict=True)]
+            )
+            if upper is None:
+                tail = positions[-1]
+        return tail
+
+
+def _check_limit(limit: object) -> int:
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
+    return limit

@@ -1,0 +1,206 @@
+"""The ``flowdrop-local`` command: translates arguments and formats, decides nothing.
+
+The database is ``--db PATH``, else ``$FLOWDROP_DB``, else ``./flowdrop.db``.
+Bad input prints one ``Error: ...`` line on stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from .errors import FlowdropError
+from .model import converter
+from .store import Store
+
+DEFAULT_DB = "flowdrop.db"
+
+
+class BadInput(click.ClickException):
+    """A flowdrop_local error shown as one line, exit status 2."""
+
+    exit_code = 2
+
+
+@contextmanager
+def _open(ctx: click.Context) -> Iterator[Store]:
+    try:
+        with Store(ctx.obj["db"]) as store:
+            yield store
+    except FlowdropError as error:
+        raise BadInput(str(error)) from None
+
+
+def _dump(value: Any) -> None:
+    click.echo(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+@click.group()
+@click.option(
+    "--db",
+    envvar="FLOWDROP_DB",
+    default=DEFAULT_DB,
+    show_default=True,
+    help="The database file (or set FLOWDROP_DB).",
+)
+@click.version_option(package_name="flowdrop-local")
+@click.pass_context
+def cli(ctx: click.Context, db: str) -> None:
+    """Keep LLM conversation buffers in one SQLite file, healed and sendable."""
+    ctx.obj = {"db": db}
+
+
+@cli.command()
+@click.argument("scope")
+@click.argument("scope_id")
+@click.argument("key")
+@click.option("--json", "json_message", help="The message (or a JSON array of messages).")
+@click.option(
+    "--role",
+    type=click.Choice(["system", "user", "assistant", "tool"]),
+    help="Role, with --content.",
+)
+@click.option("--content", help="Text content, with --role.")
+@click.option("--tool-call-id", help="The call a tool message answers, with --role tool.")
+@click.pass_context
+def append(
+    ctx: click.Context,
+    scope: str,
+    scope_id: str,
+    key: str,
+    json_message: str | None,
+    role: str | None,
+    content: str | None,
+    tool_call_id: str | None,
+) -> None:
+    """Append a message to buffer SCOPE SCOPE_ID KEY and print the append report."""
+    if json_message is not None:
+        if role is not None or content is not None or tool_call_id is not None:
+            raise BadInput("give either --json or --role/--content, not both")
+        try:
+            message: Any = json.loads(json_message)
+        except json.JSONDecodeError as error:
+            raise BadInput(f"--json is not valid JSON: {error}") from None
+    elif role is not None:
+        message = {"role": role, "content": content or ""}
+        if tool_call_id is not None:
+            message["tool_call_id"] = tool_call_id
+    else:
+        raise BadInput("give the message with --json, or with --role and --content")
+    with _open(ctx) as store:
+        try:
+            result = store.buffer(scope, scope_id, key).append(message)
+        except FlowdropError as error:
+            raise BadInput(str(error)) from None
+    _dump(converter.unstructure(result))
+
+
+def _echo_history(messages: list[dict[str, Any]]) -> None:
+    for index, message in enumerate(messages):
+        metadata = message["metadata"]
+        content = message["content"]
+        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        notes = []
+        calls = metadata.get("tool_calls")
+        if isinstance(calls, list) and calls:
+            names = []
+            for call in calls:
+                function = call.get("function") if isinstance(call, dict) else None
+                name = function.get("name") if isinstance(function, dict) else call.get("name")
+                names.append(f"{call.get('tool_call_id', call.get('id'))}:{name}")
+            notes.append("calls " + ", ".join(names))
+        if "tool_call_id" in metadata:
+            notes.append(f"answers {metadata['tool_call_id']}")
+        if metadata.get("healed") is True:
+            notes.append("HEALED")
+        suffix = f"  [{'; '.join(notes)}]" if notes else ""
+        click.echo(f"{index:>4}  {message['role']:<9} {text}{suffix}")
+
+
+@cli.command()
+@click.argument("scope")
+@click.argument("scope_id")
+@click.argument("key")
+@click.option("--limit", type=click.IntRange(min=0), help="Only the last N messages.")
+@click.option("--json", "json_output", is_flag=True, help="Print the messages as a JSON array.")
+@click.pass_context
+def show(
+    ctx: click.Context, scope: str, scope_id: str, key: str, limit: int | None, json_output: bool
+) -> None:
+    """Print the history of buffer SCOPE SCOPE_ID KEY."""
+    with _open(ctx) as store:
+        try:
+            messages = store.buffer(scope, scope_id, key).read(limit=limit)
+        except FlowdropError as error:
+            raise BadInput(str(error)) from None
+    if json_output:
+        _dump(messages)
+    else:
+        _echo_history(messages)
+
+
+DEMO_ADDRESS = ("demo", "local", "weather-agent")
+DEMO_CONVERSATION: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are a helpful assistant with a weather tool."},
+    {"role": "user", "content": "Will I need an umbrella in Lisbon tomorrow?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_weather_1",
+                "type": "function",
+                "function": {"name": "get_forecast", "arguments": '{"city": "Lisbon"}'},
+            }
+        ],
+    },
+]
+
+
+@cli.command()
+@click.pass_context
+def demo(ctx: click.Context) -> None:
+    """Store an agent conversation whose tool call is interrupted, then heal it."""
+    with _open(ctx) as store:
+        buffer = store.buffer(*DEMO_ADDRESS)
+        buffer.clear()
+        click.echo(f"Database: {store.path}   buffer: {' / '.join(DEMO_ADDRESS)}\n")
+        click.echo("1. The agent loop stores the conversation and a tool call, then crashes")
+        click.echo("   before the tool returns:\n")
+        buffer.append(DEMO_CONVERSATION)
+        _echo_history(buffer.read())
+        click.echo("\n   A provider would reject this history: call_weather_1 has no result.\n")
+        click.echo("2. The user writes again. The append heals the dangling call in the same")
+        click.echo("   transaction, placing the synthetic result right after its call (MEM-3):\n")
+        result = buffer.append({"role": "user", "content": "Hello? Are you still there?"})
+        _echo_history(buffer.read())
+        click.echo(
+            f"\n   append report: count={result.count} appended={result.appended} "
+            f"healed={len(result.healed_ids)}\n"
+        )
+        click.echo("3. The tool's real answer arrives late; it replaces the placeholder in place")
+        click.echo("   (MEM-10), and a re-delivery of it is dropped (MEM-1):\n")
+        late = {"role": "tool", "tool_call_id": "call_weather_1", "content": "Rain, 14 C, 80%"}
+        first, again = buffer.append(late), buffer.append(late)
+        _echo_history(buffer.read())
+        click.echo(
+            f"\n   first delivery: replaced={len(first.replaced_ids)} appended={first.appended}; "
+            f"second: dropped={again.dropped} appended={again.appended}"
+        )
+        click.echo(
+            f"\nSee it again with: flowdrop-local --db {store.path} show {' '.join(DEMO_ADDRESS)}"
+        )
+
+
+def main() -> None:
+    """Entry point of the ``flowdrop-local`` script."""
+    cli(prog_name="flowdrop-local")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""Validate and normalise an incoming message before any write starts.
+
+Three input shapes are accepted and stored as one (tool data under ``metadata``):
+
+* the spec shape: ``metadata.tool_calls`` / ``metadata.tool_call_id``;
+* the flat shape of the MEM-1 and MEM-2 examples: ``tool_calls`` / ``tool_call_id``
+  at the top level;
+* the OpenAI chat shape: assistant ``tool_calls: [{"id", "type": "function",
+  "function": {...}}]`` and tool ``tool_call_id``.
+
+Declared call dicts are kept as sent (both id spellings are read, MEM-11), so the
+stored history is lossless. Other top-level keys (``name``, say) move into
+``metadata``. Anything malformed raises :class:`InvalidMessage` naming the
+message's index and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any, Final, NamedTuple
+
+from ..errors import InvalidMessage
+from .pairing import call_id_of, is_usable_call_id
+
+ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
+MAX_DEPTH: Final = 200
+# Content blocks that carry tool pairing in Anthropic's shape: stored as content
+# they would hide a result from the guard, so they are refused until converted.
+_PAIRING_BLOCKS: Final = frozenset({"tool_use", "tool_result", "server_tool_use"})
+_STRUCTURAL_KEYS: Final = frozenset({"role", "content", "metadata", "tool_calls", "tool_call_id"})
+_NO_VALUE: Final = object()
+
+
+class Incoming(NamedTuple):
+    """A validated message, ready to be written."""
+
+    role: str
+    content: str  # text, or the JSON array of parts when content_parts
+    content_parts: int  # 1 when content is a JSON array of content parts
+    metadata: str  # JSON object text
+    declared: tuple[str, ...]  # call ids an assistant turn declares, in order
+    tool_call_id: str | None  # the call a tool message answers
+    healed: bool  # metadata.healed is true
+
+
+def _check_json(value: object, index: int, field: str) -> None:
+    """Raise unless ``value`` is JSON that round-trips exactly and SQLite can store.
+
+    Walks iteratively: deep nesting gives an error, never a RecursionError.
+    """
+    stack: list[tuple[object, str, int]] = [(value, field, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if item is None or isinstance(item, bool | int):
+            continue
+        if isinstance(item, str):
+            if not item.isascii():
+                _check_text(item, index, path)
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise InvalidMessage(index, path, f"{item!r} is not a JSON number")
+            continue
+        if depth >= MAX_DEPTH:
+            raise InvalidMessage(index, path, f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(item, Mapping):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise InvalidMessage(index, path, f"object key {key!r} is not a string")
+                if not key.isascii():
+                    _check_text(key, index, path)
+                stack.append((child, f"{path}.{key}", depth + 1))
+            continue
+        if isinstance(item, list | tuple):
+            for i, child in enumerate(item):
+                stack.append((child, f"{path}[{i}]", depth + 1))
+            continue
+        raise InvalidMessage(index, path, f"{type(item).__name__} is not JSON-serialisable")
+
+
+def _check_text(text: str, index: int, field: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMessage(
+            index, field, "contains a lone surrogate, which is not valid Unicode text"
+        ) from None
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _content(value: object, index: int) -> tuple[str, int]:
+    if isinstance(value, str):
+        if not value.isascii():
+            _check_text(value, index, "content")
+        return value, 0
+    if value is None:
+        return "", 0
+    if isinstance(value, list):
+        for i, part in enumerate(value):
+            if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+                raise InvalidMessage(
+                    index, f"content[{i}]", "a content part must be an object with a string 'type'"
+                )
+            if part["type"] in _PAIRING_BLOCKS:
+                raise InvalidMessage(
+                    index,
+                    f"content[{i}]",
+                    f"a {part['type']!r} block carries tool pairing inside content; convert the "
+                    "message first (one message per tool call and tool result)",
+                )
+        _check_json(value, index, "content")
+        return _dumps(value), 1
+    raise InvalidMessage(
+        index,
+        "content",
+        f"must be a string, null or a list of content parts, not {type(value).__name__}",
+    )
+
+
+def _merged(message: Mapping[str, Any], metadata: dict[str, Any], name: str, index: int) -> object:
+    """The value of ``name`` given at the top level or in metadata (both must agree)."""
+    top = message.get(name, _NO_VALUE)
+    nested = metadata.get(name, _NO_VALUE)
+    if top is not _NO_VALUE and nested is not _NO_VALUE and top != nested:
+        raise InvalidMessage(index, name, "given both at the top level and in metadata, differently")
+    return nested if top is _NO_VALUE else top
+
+
+def normalize(message: object, index: int = 0) -> Incoming:
+    """Validate one incoming message and return it in the stored shape.
+
+    Raises:
+        InvalidMessage: the message, its role, content, metadata, tool calls or
+            tool call id is malformed.
+    """
+    if not isinstance(message, Mapping):
+        raise InvalidMessage(index, "message", f"must be a mapping, not {type(message).__name__}")
+    role = message.get("role")
+    if role not in ROLES:
+        raise InvalidMessage(
+            index, "role", f"must be one of assistant, system, tool, user; got {role!r}"
+        )
+    content, content_parts = _content(message.get("content"), index)
+
+    raw_metadata = message.get("metadata")
+    if raw_metadata is None:
+        metadata: dict[str, Any] = {}
+    elif isinstance(raw_metadata, Mapping):
+        metadata = dict(raw_metadata)
+    else:
+        raise InvalidMessage(
+            index, "metadata", f"must be a JSON object, not {type(raw_metadata).__name__}"
+        )
+    if len(message) > 2 or "role" not in message or "content" not in message:
+        for key, value in message.items():
+            if key in _STRUCTURAL_KEYS:
+                continue
+            if not isinstance(key, str):
+                raise InvalidMessage(index, "message", f"key {key!r} is not a string")
+            if key in metadata and metadata[key] != value:
+                raise InvalidMessage(
+                    index, key, "given both at the top level and in metadata, differently"
+                )
+            metadata[key] = value
+
+    declared: tuple[str, ...] = ()
+    calls = _merged(message, metadata, "tool_calls", index)
+    if calls is not _NO_VALUE and calls is not None:
+        if not isinstance(calls, list):
+            raise InvalidMessage(
+                index, "tool_calls", f"must be a list, not {type(calls).__name__}"
+            )
+        if calls and role != "assistant":
+            raise InvalidMessage(index, "tool_calls", f"only an assistant turn declares tool calls, not {role}")
+        ids = []
+        for i, call in enumerate(calls):
+            if not isinstance(call, Mapping):
+                raise InvalidMessage(index, f"tool_calls[{i}]", "a tool call must be an object")
+            call_id = call_id_of(call)
+            if not is_usable_call_id(call_id):
+                raise InvalidMessage(
+                    index,
+                    f"tool_calls[{i}].id",
+                    f"a tool call needs a non-blank string id (tool_call_id or id), got {call_id!r}",
+                )
+            ids.append(call_id)
+        metadata["tool_calls"] = calls
+        declared = tuple(ids)  # type: ignore[arg-type]
+    elif calls is None:
+        metadata.pop("tool_calls", None)
+
+    tool_call_id = _merged(message, metadata, "tool_call_id", index)
+    if tool_call_id is _NO_VALUE or tool_call_id is None:
+        tool_call_id = None
+        metadata.pop("tool_call_id", None)
+    elif role != "tool":
+        raise InvalidMessage(
+            index, "tool_call_id", f"only a tool message answers a call, not {role}"
+        )
+    elif not is_usable_call_id(tool_call_id):
+        raise InvalidMessage(
+            index, "tool_call_id", f"must be a non-blank string, got {tool_call_id!r}"
+        )
+    else:
+        metadata["tool_call_id"] = tool_call_id
+
+    healed = metadata.get("healed", False)
+    if not isinstance(healed, bool):
+        raise InvalidMessage(index, "metadata.healed", f"must be true or false, got {healed!r}")
+
+    if metadata:
+        _check_json(metadata, index, "metadata")
+        metadata_json = _dumps(metadata)
+    else:
+        metadata_json = "{}"
+    return Incoming(
+        role, content, content_parts, metadata_json, declared, tool_call_id, healed  # type: ignore[arg-type]
+    )

@@ -1,0 +1,82 @@
+"""Tool-call pairing: the single definition of a call's id, and healing placeholders.
+
+Every reader of a declared call's id goes through :func:`call_id_of` (MEM-11):
+de-duplication (MEM-2), the ledger that healing reads (MEM-3) and the checker all
+agree on which calls a turn declares because they share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any, Final, TypeVar
+
+PLACEHOLDER_CONTENT: Final = "Tool call was interrupted; no result."
+
+Anchor = TypeVar("Anchor", bound=Hashable)
+
+
+def call_id_of(call: Mapping[str, Any]) -> object:
+    """The id a declared tool call carries: ``tool_call_id``, else the flat ``id``.
+
+    Returns the raw value (``None`` when neither spelling is present); whether it
+    is usable is :func:`is_usable_call_id`'s decision.
+    """
+    value = call.get("tool_call_id")
+    return call.get("id") if value is None else value
+
+
+def is_usable_call_id(value: object) -> bool:
+    """A usable call id is a string that is not blank."""
+    return isinstance(value, str) and bool(value.strip())
+
+
+def declared_call_ids(metadata: Mapping[str, Any]) -> list[str]:
+    """The usable ids declared by ``metadata.tool_calls``, in declaration order."""
+    calls = metadata.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    ids = []
+    for call in calls:
+        if isinstance(call, Mapping):
+            value = call_id_of(call)
+            if is_usable_call_id(value):
+                ids.append(value)
+    return ids  # type: ignore[return-value]
+
+
+def placeholder_metadata(call_id: str) -> dict[str, Any]:
+    """The metadata of the synthetic result that heals ``call_id``."""
+    return {"tool_call_id": call_id, "healed": True}
+
+
+def placeholder_message(call_id: str) -> dict[str, Any]:
+    """The synthetic ``tool`` message that answers an interrupted call (MEM-3)."""
+    return {"role": "tool", "content": PLACEHOLDER_CONTENT, "metadata": placeholder_metadata(call_id)}
+
+
+def is_placeholder(message: Mapping[str, Any]) -> bool:
+    """True for a tool message marked healed (``metadata.healed is True``)."""
+    metadata = message.get("metadata")
+    return (
+        message.get("role") == "tool"
+        and isinstance(metadata, Mapping)
+        and metadata.get("healed") is True
+    )
+
+
+def plan_healing(unanswered: Iterable[tuple[Anchor, str]]) -> list[tuple[Anchor, list[str]]]:
+    """Group unanswered calls by the turn that declared them.
+
+    ``unanswered`` is ``(declaring turn, call id)`` pairs in buffer order, then
+    declaration order. The result keeps that order: one entry per declaring turn
+    with the ids its placeholders answer, in the order they are to be inserted
+    directly after the turn. Duplicate ids keep their first declaration only.
+    """
+    plan: dict[Anchor, list[str]] = {}
+    seen: set[str] = set()
+    for anchor, call_id in unanswered:
+        if call_id in seen:
+            continue
+        seen.add(call_id)
+        plan.setdefault(anchor, []).append(call_id)
+    return list(plan.items())
