@@ -20,8 +20,36 @@ from .errors import NotADatabase, NotAFlowdropDatabase, SchemaTooNew
 APPLICATION_ID = 0x46444C53  # 'FDLS'
 SCHEMA_VERSION = 1
 
-# MIGRATIONS[n] upgrades a version-n file to version n + 1. Append-only: a step,
-# once released, is never edited.
+
+def create_missing_objects(conn: sqlite3.Connection) -> None:
+    """Migration step for additive changes: create what schema.sql declares and the file lacks.
+
+    Tables, indexes and triggers are matched by name, so the statements come from
+    schema.sql itself and the schema is still written down once.
+    """
+    present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    for statement in statements(schema_sql()):
+        name = _created_name(statement)
+        if name is not None and name not in present:
+            conn.execute(statement)
+
+
+def _created_name(statement: str) -> str | None:
+    words = statement.replace("(", " ( ").split()
+    upper = [w.upper() for w in words]
+    if not upper or upper[0] != "CREATE":
+        return None
+    for kind in ("TABLE", "INDEX", "TRIGGER", "VIEW"):
+        if kind in upper[:4]:
+            i = upper.index(kind) + 1
+            if upper[i : i + 3] == ["IF", "NOT", "EXISTS"]:
+                i += 3
+            return words[i].strip('"')
+    return None
+
+
+# MIGRATIONS[n] upgrades a version-n file to version n + 1, inside the one
+# transaction prepare() opens. Append-only: a released step is never edited.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
 
 
@@ -38,6 +66,8 @@ def statements(script: str) -> Iterator[str]:
     """Split an SQL script into complete statements (triggers included)."""
     pending = ""
     for line in script.splitlines(keepends=True):
+        if not pending.strip() and line.lstrip().startswith("--"):
+            continue  # a comment between statements
         pending += line
         if sqlite3.complete_statement(pending):
             if pending.strip():

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidAddress, InvalidMessage
+from .errors import InvalidAddress, InvalidMessage, MessageNotFound
 from .model import AppendResult, Message, converter
 from .positions import key_between, keys_between
 from .rules.incoming import Incoming, normalize
@@ -75,6 +75,11 @@ _READ_LAST = (
     "SELECT role, content, content_parts, metadata FROM messages "
     "WHERE buffer_id = ? ORDER BY position DESC LIMIT ?"
 )
+_READ_BEFORE = (
+    "SELECT role, content, content_parts, metadata FROM messages "
+    "WHERE buffer_id = ? AND position < ? ORDER BY position DESC LIMIT ?"
+)
+_POSITION_OF = "SELECT position FROM messages WHERE buffer_id = ? AND id = ?"
 _MESSAGES_ALL = (
     "SELECT id, position, role, content, content_parts, metadata, created_at FROM messages "
     "WHERE buffer_id = ? ORDER BY position"
@@ -172,13 +177,29 @@ class Buffer:
                 self._id = row[0]
         return self._id
 
-    def read(self, limit: int | None = None) -> list[dict[str, Any]]:
+    def read(self, limit: int | None = None, *, before: str | None = None) -> list[dict[str, Any]]:
         """The messages as ``{"role", "content", "metadata"}`` dicts, in position order.
 
         ``limit``: only the last ``limit`` messages (still in order).
+        ``before``: only messages placed before the message with this id, for
+        paging back through a long history (``read(50, before=oldest_id)``).
+
+        Raises:
+            MessageNotFound: ``before`` names no message of this buffer.
         """
         with self.store._read() as conn:
             buffer_id = self._existing_id(conn)
+            if before is not None:
+                found = None
+                if buffer_id is not None:
+                    found = conn.execute(_POSITION_OF, (buffer_id, before)).fetchone()
+                if found is None:
+                    raise MessageNotFound(f"no message {before!r} in {self!r}")
+                rows = conn.execute(
+                    _READ_BEFORE, (buffer_id, found[0], -1 if limit is None else _check_limit(limit))
+                ).fetchall()
+                rows.reverse()
+                return [_row_to_dict(*row) for row in rows]
             if buffer_id is None:
                 return []
             if limit is None:

@@ -51,3 +51,7 @@ class SchemaTooNew(FlowdropError, RuntimeError):
 
 class ReadOnlyStore(FlowdropError, PermissionError):
     """A write was asked of a store whose file or folder is read-only."""
+
+
+class MessageNotFound(FlowdropError, LookupError):
+    """No message with that id in this buffer."""
