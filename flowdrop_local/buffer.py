@@ -9,7 +9,10 @@ message, in order:
 * ``tool`` with an id: dropped if a result for the id is stored (MEM-1), unless
   the stored one is a healed placeholder and the incoming one is not, in which
   case it overwrites the placeholder in place (MEM-10). Otherwise appended, and
-  the ledger records the call as answered wherever the result stands.
+  the ledger records the call as answered wherever the result stands. An
+  incoming message already marked healed (an imported placeholder) is placed
+  where healing would put it, right after its declaring turn, or dropped when no
+  turn declares its call: a healed mark never stands anywhere else.
 * ``assistant`` declaring calls: dropped when every id it declares is already in
   the ledger (MEM-2); otherwise appended and its new ids recorded.
 
@@ -48,7 +51,9 @@ _INSERT = (
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 _FIND_RESULT = "SELECT id, healed FROM messages WHERE buffer_id = ? AND tool_call_id = ?"
-_REPLACE_PLACEHOLDER = "UPDATE messages SET content = ?, content_parts = ?, metadata = ? WHERE id = ?"
+_REPLACE_PLACEHOLDER = (
+    "UPDATE messages SET content = ?, content_parts = ?, metadata = ? WHERE id = ?"
+)
 _MARK_ANSWERED = "UPDATE tool_calls SET answered_by = ? WHERE buffer_id = ? AND call_id = ?"
 _COUNT_DECLARED = (
     "SELECT count(*) FROM tool_calls WHERE buffer_id = ? "
@@ -63,9 +68,12 @@ _UNANSWERED = (
     "SELECT m.position, t.call_id FROM tool_calls AS t JOIN messages AS m ON m.id = t.declared_by "
     "WHERE t.buffer_id = ? AND t.answered_by IS NULL ORDER BY m.position, t.ordinal"
 )
+_DECLARING_TURN = (
+    "SELECT m.position FROM tool_calls AS t JOIN messages AS m ON m.id = t.declared_by "
+    "WHERE t.buffer_id = ? AND t.call_id = ?"
+)
 _SUCCESSOR = (
-    "SELECT position FROM messages WHERE buffer_id = ? AND position > ? "
-    "ORDER BY position LIMIT 1"
+    "SELECT position FROM messages WHERE buffer_id = ? AND position > ? ORDER BY position LIMIT 1"
 )
 _READ_ALL = (
     "SELECT role, content, content_parts, metadata FROM messages "
@@ -124,7 +132,9 @@ def _as_batch(messages: object) -> list[Incoming]:
         return [normalize(messages.to_dict(), 0)]
     if isinstance(messages, str | bytes) or not isinstance(messages, Iterable):
         raise InvalidMessage(
-            0, "message", f"expected a message or an iterable of them, not {type(messages).__name__}"
+            0,
+            "message",
+            f"expected a message or an iterable of them, not {type(messages).__name__}",
         )
     return [
         normalize(m.to_dict() if isinstance(m, Message) else m, i) for i, m in enumerate(messages)
@@ -196,7 +206,8 @@ class Buffer:
                 if found is None:
                     raise MessageNotFound(f"no message {before!r} in {self!r}")
                 rows = conn.execute(
-                    _READ_BEFORE, (buffer_id, found[0], -1 if limit is None else _check_limit(limit))
+                    _READ_BEFORE,
+                    (buffer_id, found[0], -1 if limit is None else _check_limit(limit)),
                 ).fetchall()
                 rows.reverse()
                 return [_row_to_dict(*row) for row in rows]
@@ -253,7 +264,9 @@ class Buffer:
             conn.execute(_CLEAR_LEDGER, (buffer_id,))
             return conn.execute(_CLEAR_MESSAGES, (buffer_id,)).rowcount
 
-    def append(self, messages: Mapping[str, Any] | Message | Iterable[Mapping[str, Any] | Message]) -> AppendResult:
+    def append(
+        self, messages: Mapping[str, Any] | Message | Iterable[Mapping[str, Any] | Message]
+    ) -> AppendResult:
         """Append one message or a batch, keeping the buffer rules, in one transaction.
 
         Returns:
@@ -294,6 +307,35 @@ class Buffer:
                         replaced_ids.append(found[0])
                     else:  # MEM-1
                         dropped += 1
+                    continue
+                if message.healed:
+                    # A placeholder only ever stands right after the turn that declared
+                    # its call: place it there, as healing would, or drop it when no
+                    # turn declares the call.
+                    declaring = execute(
+                        _DECLARING_TURN, (buffer_id, message.tool_call_id)
+                    ).fetchone()
+                    if declaring is None:
+                        dropped += 1
+                        continue
+                    message_id = new_message_id()
+                    (position,), at_end = _positions_after(conn, buffer_id, declaring[0], 1)
+                    execute(
+                        _INSERT,
+                        (
+                            message_id,
+                            buffer_id,
+                            position,
+                            role,
+                            message.content,
+                            message.content_parts,
+                            message.metadata,
+                        ),
+                    )
+                    execute(_MARK_ANSWERED, (message_id, buffer_id, message.tool_call_id))
+                    new_ids.append(message_id)
+                    if at_end:
+                        tail = position
                     continue
             elif message.declared:
                 unique = list(dict.fromkeys(message.declared))
@@ -361,22 +403,32 @@ class Buffer:
         if not unanswered:
             return tail
         for turn_position, call_ids in plan_healing(unanswered):
-            successor = conn.execute(_SUCCESSOR, (buffer_id, turn_position)).fetchone()
-            upper = None if successor is None else successor[0]
-            positions = keys_between(turn_position, upper, len(call_ids))
+            positions, at_end = _positions_after(conn, buffer_id, turn_position, len(call_ids))
             rows = []
             for position, call_id in zip(positions, call_ids, strict=True):
                 message_id = new_message_id()
                 metadata = _PLACEHOLDER_METADATA.format(json.dumps(call_id, ensure_ascii=False))
-                rows.append((message_id, buffer_id, position, "tool", PLACEHOLDER_CONTENT, 0, metadata))
+                rows.append(
+                    (message_id, buffer_id, position, "tool", PLACEHOLDER_CONTENT, 0, metadata)
+                )
                 healed_ids.append(message_id)
             conn.executemany(_INSERT, rows)
             conn.executemany(
-                _MARK_ANSWERED, [(row[0], buffer_id, call_id) for row, call_id in zip(rows, call_ids, strict=True)]
+                _MARK_ANSWERED,
+                [(row[0], buffer_id, call_id) for row, call_id in zip(rows, call_ids, strict=True)],
             )
-            if upper is None:
+            if at_end:
                 tail = positions[-1]
         return tail
+
+
+def _positions_after(
+    conn: sqlite3.Connection, buffer_id: int, turn_position: str, n: int
+) -> tuple[list[str], bool]:
+    """``n`` positions between a turn and its successor, and whether they end the buffer."""
+    successor = conn.execute(_SUCCESSOR, (buffer_id, turn_position)).fetchone()
+    upper = None if successor is None else successor[0]
+    return keys_between(turn_position, upper, n), upper is None
 
 
 def _check_limit(limit: object) -> int:

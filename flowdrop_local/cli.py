@@ -7,7 +7,6 @@ Bad input prints one ``Error: ...`` line on stderr and exits with status 2.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -203,4 +202,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -122,8 +122,10 @@ converter.register_structure_hook_func(lambda t: t == (str | list[Any]), lambda 
 
 
 def _unstructure_append_result(result: AppendResult) -> dict[str, Any]:
-    return {field.name: converter.unstructure(getattr(result, field.name))
-            for field in attrs.fields(AppendResult)}
+    return {
+        field.name: converter.unstructure(getattr(result, field.name))
+        for field in attrs.fields(AppendResult)
+    }
 
 
 converter.register_unstructure_hook(AppendResult, _unstructure_append_result)

@@ -187,9 +187,7 @@ class Store:
 
     # --------------------------------------------------------------- buffers
 
-    def buffer(
-        self, scope: str, scope_id: str, key: str, *, window: int | None = None
-    ) -> Buffer:
+    def buffer(self, scope: str, scope_id: str, key: str, *, window: int | None = None) -> Buffer:
         """The buffer addressed by ``(scope, scope_id, key)``; nothing is written until an append.
 
         ``window``: keep only the last ``window`` messages (see :class:`Buffer`).

@@ -16,7 +16,11 @@ from flowdrop_local import PLACEHOLDER_CONTENT, Buffer, Store
 
 from .conftest import spec_examples
 
-C1_CALL = {"role": "assistant", "content": "", "tool_calls": [{"tool_call_id": "c1", "name": "search"}]}
+C1_CALL = {
+    "role": "assistant",
+    "content": "",
+    "tool_calls": [{"tool_call_id": "c1", "name": "search"}],
+}
 C1_RESULT = {"role": "tool", "content": "found it", "tool_call_id": "c1"}
 
 
@@ -39,7 +43,9 @@ MEM1 = {e["index"]: e for e in spec_examples("MEM-1")}
     [(MEM1[0], 0), (MEM1[1], 1)],
     ids=lambda v: v["verdict"] if isinstance(v, dict) else str(v),
 )
-def test_mem1_result_against_an_answered_call(store: Store, example: dict[str, Any], appended: int) -> None:
+def test_mem1_result_against_an_answered_call(
+    store: Store, example: dict[str, Any], appended: int
+) -> None:
     """MEM-1: a result for an id already answered is dropped; a new id is appended."""
     buffer = _buffer(store, C1_CALL, C1_RESULT)
     before = buffer.read()
@@ -97,7 +103,7 @@ TRY_AGAIN = {"role": "user", "content": "try again", "metadata": {}}
 
 @pytest.mark.parametrize("one_at_a_time", [True, False], ids=["one-at-a-time", "one-batch"])
 def test_mem3_example_gives_the_healed_buffer(db_path: Path, one_at_a_time: bool) -> None:
-    """MEM-3: the example's messages, then "try again", give exactly the healed buffer, also after reopening."""
+    """MEM-3: the example, then "try again", gives exactly the healed buffer, reopened too."""
     assert (MEM3[0]["verdict"], MEM3[1]["verdict"]) == ("unhealed", "healed")
     with Store(db_path) as store:
         buffer = store.buffer("session", "s1", "chat")
@@ -230,7 +236,11 @@ def test_mem14_full_window_still_reports_the_append(store: Store) -> None:
     result = buffer.append({"role": "user", "content": "new"})
     expected = MEM14[0]["json"]
     assert MEM14[0]["verdict"] == "appended"
-    assert {"count": result.count, "appended": result.appended, "appended_any": result.appended_any} == expected
+    assert {
+        "count": result.count,
+        "appended": result.appended,
+        "appended_any": result.appended_any,
+    } == expected
     assert result.evicted == 1
     assert [m["content"] for m in buffer.read()] == ["1", "2", "new"]
 
@@ -241,4 +251,8 @@ def test_mem14_refired_result_reports_nothing_new(store: Store) -> None:
     result = buffer.append(C1_RESULT)
     expected = MEM14[1]["json"]
     assert MEM14[1]["verdict"] == "dropped"
-    assert {"count": result.count, "appended": result.appended, "appended_any": result.appended_any} == expected
+    assert {
+        "count": result.count,
+        "appended": result.appended,
+        "appended_any": result.appended_any,
+    } == expected

@@ -127,7 +127,9 @@ def _merged(message: Mapping[str, Any], metadata: dict[str, Any], name: str, ind
     top = message.get(name, _NO_VALUE)
     nested = metadata.get(name, _NO_VALUE)
     if top is not _NO_VALUE and nested is not _NO_VALUE and top != nested:
-        raise InvalidMessage(index, name, "given both at the top level and in metadata, differently")
+        raise InvalidMessage(
+            index, name, "given both at the top level and in metadata, differently"
+        )
     return nested if top is _NO_VALUE else top
 
 
@@ -172,11 +174,11 @@ def normalize(message: object, index: int = 0) -> Incoming:
     calls = _merged(message, metadata, "tool_calls", index)
     if calls is not _NO_VALUE and calls is not None:
         if not isinstance(calls, list):
-            raise InvalidMessage(
-                index, "tool_calls", f"must be a list, not {type(calls).__name__}"
-            )
+            raise InvalidMessage(index, "tool_calls", f"must be a list, not {type(calls).__name__}")
         if calls and role != "assistant":
-            raise InvalidMessage(index, "tool_calls", f"only an assistant turn declares tool calls, not {role}")
+            raise InvalidMessage(
+                index, "tool_calls", f"only an assistant turn declares tool calls, not {role}"
+            )
         ids = []
         for i, call in enumerate(calls):
             if not isinstance(call, Mapping):
@@ -186,7 +188,8 @@ def normalize(message: object, index: int = 0) -> Incoming:
                 raise InvalidMessage(
                     index,
                     f"tool_calls[{i}].id",
-                    f"a tool call needs a non-blank string id (tool_call_id or id), got {call_id!r}",
+                    f"a tool call needs a non-blank string id (tool_call_id or id), "
+                    f"got {call_id!r}",
                 )
             ids.append(call_id)
         metadata["tool_calls"] = calls
@@ -219,5 +222,11 @@ def normalize(message: object, index: int = 0) -> Incoming:
     else:
         metadata_json = "{}"
     return Incoming(
-        role, content, content_parts, metadata_json, declared, tool_call_id, healed  # type: ignore[arg-type]
+        role,
+        content,
+        content_parts,
+        metadata_json,
+        declared,
+        tool_call_id,  # type: ignore[arg-type]  # a usable str or None, checked above
+        healed,
     )

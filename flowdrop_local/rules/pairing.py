@@ -51,7 +51,11 @@ def placeholder_metadata(call_id: str) -> dict[str, Any]:
 
 def placeholder_message(call_id: str) -> dict[str, Any]:
     """The synthetic ``tool`` message that answers an interrupted call (MEM-3)."""
-    return {"role": "tool", "content": PLACEHOLDER_CONTENT, "metadata": placeholder_metadata(call_id)}
+    return {
+        "role": "tool",
+        "content": PLACEHOLDER_CONTENT,
+        "metadata": placeholder_metadata(call_id),
+    }
 
 
 def is_placeholder(message: Mapping[str, Any]) -> bool:
