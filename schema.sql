@@ -1,4 +1,4 @@
--- flowdrop_local schema, version 1.
+-- flowdrop_local schema, version 2.
 --
 -- This file is the only definition of the schema. The library applies it with
 -- executescript() when it creates a database, and never restates it in Python;
@@ -101,5 +101,65 @@ BEGIN
     SELECT RAISE(ABORT, 'a message keeps its buffer, position and role');
 END;
 
+-- Identity scopes and sessions (version 2; MEM-6 to MEM-9, MEM-13, MEM-15).
+--   memory           key-value memory, in the same (scope, scope_id) slots as buffers.
+--   sessions         one row per session; its conversation is the buffer
+--                    ('session', sessions.id, 'conversation-<n>').
+--   session_viewers  the users an owner (or an admin) let read a session.
+-- Whether an identity is usable is decided in Python (flowdrop_local/access.py);
+-- the CHECKs and the trigger below only stop the two spellings of the shared bucket
+-- ('' and '0') from reaching an identity slot through a writer that bypasses it.
+
+CREATE TABLE memory (
+    scope       TEXT NOT NULL,
+    scope_id    TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    -- Any JSON value, stored as its text; read back with json.loads.
+    value       TEXT NOT NULL CHECK (json_valid(value)),
+    created_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    updated_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    -- Backstop for MEM-6/MEM-13: an identity scope never degrades to a shared bucket.
+    CHECK (scope NOT IN ('user', 'session') OR trim(scope_id) NOT IN ('', '0')),
+    PRIMARY KEY (scope, scope_id, key)
+) STRICT, WITHOUT ROWID;
+
+-- Backstop for MEM-6/MEM-13 on buffers, which predate it (a CHECK would need a rebuild).
+CREATE TRIGGER buffers_identity_scope_needs_identity BEFORE INSERT ON buffers
+WHEN NEW.scope IN ('user', 'session') AND trim(NEW.scope_id) IN ('', '0')
+BEGIN
+    SELECT RAISE(ABORT, 'MEM-6/MEM-13: a user or session buffer needs a real identity, not an empty or zero id');
+END;
+
+CREATE TABLE sessions (
+    -- A UUID (version 7, time-ordered), so ids are unguessable and index in order.
+    id            TEXT PRIMARY KEY CHECK (length(id) = 36),
+    workflow_id   TEXT NOT NULL CHECK (length(trim(workflow_id)) > 0),
+    name          TEXT NOT NULL DEFAULT '',
+    -- The canonical usable user id; NULL when the session is owned by nobody, which
+    -- matches nobody, an absent caller included (MEM-9). Never '' or '0'.
+    owner_id      TEXT CHECK (owner_id IS NULL OR trim(owner_id) NOT IN ('', '0')),
+    -- 'stopped' accepts no turn until resumed.
+    status        TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'stopped')),
+    -- Number of resets: the current conversation is buffer key 'conversation-<n>'.
+    -- A reset increments it, so older conversations stay stored (MEM-15).
+    conversation  INTEGER NOT NULL DEFAULT 0 CHECK (conversation >= 0),
+    metadata      TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata) AND json_type(metadata) = 'object'),
+    created_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    updated_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+) STRICT;
+
+-- Listing a user's sessions reads their owned rows from here, in creation order.
+CREATE INDEX sessions_owner ON sessions (owner_id, created_at) WHERE owner_id IS NOT NULL;
+
+CREATE TABLE session_viewers (
+    session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    user_id     TEXT NOT NULL CHECK (trim(user_id) NOT IN ('', '0')),
+    granted_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    PRIMARY KEY (session_id, user_id)
+) STRICT, WITHOUT ROWID;
+
+-- Listing the sessions shared with a user.
+CREATE INDEX session_viewers_user ON session_viewers (user_id);
+
 PRAGMA application_id = 1178881107;  -- 0x46444C53, 'FDLS'
-PRAGMA user_version = 1;
+PRAGMA user_version = 2;

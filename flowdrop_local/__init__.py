@@ -3,41 +3,105 @@
 See README.md for the rules it keeps (FlowDrop GR-MEM) and the API.
 """
 
+from .access import (
+    IDENTITY_SCOPES,
+    SCOPES,
+    AccessDenied,
+    AccessRequest,
+    ExecutionContext,
+    Principal,
+    ScopeResolution,
+    resolve_scope,
+    usable_identity,
+)
 from .buffer import Buffer
 from .errors import (
     FlowdropError,
     InvalidAddress,
+    InvalidContext,
     InvalidMessage,
+    InvalidPayload,
     InvalidPositionKey,
+    InvalidSession,
+    InvalidValue,
     NotADatabase,
     NotAFlowdropDatabase,
     ReadOnlyStore,
     SchemaTooNew,
+    SessionStopped,
     StoreClosed,
 )
+from .memory import MemoryRead, MemoryWrite
 from .model import AppendResult, BufferRef, Message, ToolCall
 from .positions import key_between, keys_between
+from .providers import (
+    from_anthropic,
+    from_openai_chat,
+    to_anthropic,
+    to_openai_chat,
+    to_openai_responses,
+    validate_anthropic,
+    validate_openai_chat,
+    validate_openai_responses,
+)
+from .refused import RefusedBuffer
+from .rules.assemble import assemble
+from .rules.normalize import normalize, validate_pairing
 from .rules.pairing import PLACEHOLDER_CONTENT, call_id_of
+from .rules.text import text_to_message
+from .sessions import Session, Sessions, Turn
 from .store import Store
 
 __all__ = [
+    "IDENTITY_SCOPES",
     "PLACEHOLDER_CONTENT",
+    "SCOPES",
+    "AccessDenied",
+    "AccessRequest",
     "AppendResult",
     "Buffer",
     "BufferRef",
+    "ExecutionContext",
     "FlowdropError",
     "InvalidAddress",
+    "InvalidContext",
     "InvalidMessage",
+    "InvalidPayload",
     "InvalidPositionKey",
+    "InvalidSession",
+    "InvalidValue",
+    "MemoryRead",
+    "MemoryWrite",
     "Message",
     "NotADatabase",
     "NotAFlowdropDatabase",
+    "Principal",
     "ReadOnlyStore",
+    "RefusedBuffer",
     "SchemaTooNew",
+    "ScopeResolution",
+    "Session",
+    "SessionStopped",
+    "Sessions",
     "Store",
     "StoreClosed",
     "ToolCall",
+    "Turn",
+    "assemble",
     "call_id_of",
+    "from_anthropic",
+    "from_openai_chat",
     "key_between",
     "keys_between",
+    "normalize",
+    "resolve_scope",
+    "text_to_message",
+    "to_anthropic",
+    "to_openai_chat",
+    "to_openai_responses",
+    "usable_identity",
+    "validate_anthropic",
+    "validate_openai_chat",
+    "validate_openai_responses",
+    "validate_pairing",
 ]

@@ -18,7 +18,7 @@ from pathlib import Path
 from .errors import NotADatabase, NotAFlowdropDatabase, SchemaTooNew
 
 APPLICATION_ID = 0x46444C53  # 'FDLS'
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def create_missing_objects(conn: sqlite3.Connection) -> None:
@@ -51,6 +51,8 @@ def _created_name(statement: str) -> str | None:
 # MIGRATIONS[n] upgrades a version-n file to version n + 1, inside the one
 # transaction prepare() opens. Append-only: a released step is never edited.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+# 1 -> 2: memory, sessions, session_viewers and the identity-scope trigger (issue 5).
+MIGRATIONS[1] = create_missing_objects
 
 
 @cache

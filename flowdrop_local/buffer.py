@@ -26,7 +26,7 @@ import json
 import os
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import InvalidAddress, InvalidMessage, MessageNotFound
 from .model import AppendResult, Message, converter
@@ -41,14 +41,23 @@ if TYPE_CHECKING:
 
 _FIND_BUFFER = "SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?"
 _CREATE_BUFFER = "INSERT OR IGNORE INTO buffers (scope, scope_id, key) VALUES (?, ?, ?)"
-_COUNT_AND_TAIL = (
-    "SELECT message_count, (SELECT max(position) FROM messages WHERE buffer_id = ?1) "
+_BUFFER_STATE = (
+    "SELECT message_count, (SELECT max(position) FROM messages WHERE buffer_id = ?1), "
+    "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = ?1 AND answered_by IS NULL) "
     "FROM buffers WHERE id = ?1"
 )
 _COUNT = "SELECT message_count FROM buffers WHERE id = ?"
 _INSERT = (
     "INSERT INTO messages (id, buffer_id, position, role, content, content_parts, metadata) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_PLACED = (
+    "INSERT INTO messages "
+    "(id, buffer_id, position, role, content, content_parts, metadata, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, coalesce(?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))"
+)
+_NON_TOOL_AFTER = (
+    "SELECT 1 FROM messages WHERE buffer_id = ? AND position > ? AND role != 'tool' LIMIT 1"
 )
 _FIND_RESULT = "SELECT id, healed FROM messages WHERE buffer_id = ? AND tool_call_id = ?"
 _REPLACE_PLACEHOLDER = (
@@ -107,6 +116,14 @@ _CLEAR_MESSAGES = "DELETE FROM messages WHERE buffer_id = ?"
 _PLACEHOLDER_METADATA = '{{"tool_call_id":{},"healed":true}}'
 
 
+class Placement(NamedTuple):
+    """Where an imported message goes: its stored id, position and timestamp."""
+
+    id: str
+    position: str
+    created_at: str | None
+
+
 def new_message_id() -> str:
     """A UUIDv7 (RFC 9562): time-ordered, so new rows land at the end of the id index."""
     value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
@@ -160,6 +177,8 @@ class Buffer:
     leading the buffer (their calls went with the evicted turns). The window
     belongs to this handle, not to the stored buffer.
     """
+
+    refused = False  # True on a RefusedBuffer: its identity scope refused (MEM-7)
 
     def __init__(
         self, store: Store, scope: str, scope_id: str, key: str, *, window: int | None = None
@@ -276,26 +295,56 @@ class Buffer:
             InvalidMessage: a message is malformed; nothing was written.
         """
         batch = _as_batch(messages)
-        with self.store._write() as conn:
-            return self._append(conn, batch)
+        store = self.store
+        # Store._write, inlined for the hot path: it also keeps the cached tail.
+        with store._lock:
+            conn = store._connection()
+            store._begin_immediate(conn)
+            try:
+                result, state = self._append(conn, batch)
+                conn.execute("COMMIT")
+            except BaseException as error:
+                store._abort(conn)
+                self._id = None  # the rollback may have undone the buffer's row
+                raise store._translated(error) from None
+            store._tails[self._id] = state  # type: ignore[index]
+        return result
 
-    def _append(self, conn: sqlite3.Connection, batch: list[Incoming]) -> AppendResult:
+    def _append(
+        self,
+        conn: sqlite3.Connection,
+        batch: list[Incoming],
+        placements: list[Placement] | None = None,
+    ) -> tuple[AppendResult, tuple[int, str | None, bool]]:
+        """The append rules, inside the caller's transaction.
+
+        ``placements`` (import only) gives each message its stored id, position and
+        timestamp; positions must increase. Returns the result and the buffer's
+        new (count, last position, may hold unanswered calls).
+        """
         buffer_id = self._existing_id(conn)
         if buffer_id is None:
             conn.execute(_CREATE_BUFFER, (self.scope, self.scope_id, self.key))
             self._id = None
             buffer_id = self._existing_id(conn)
             assert buffer_id is not None
-        count, tail = conn.execute(_COUNT_AND_TAIL, (buffer_id,)).fetchone()
+        state = self.store._tails.get(buffer_id)
+        if state is None:
+            state = conn.execute(_BUFFER_STATE, (buffer_id,)).fetchone()
+        count, tail, dangling = state
         execute = conn.execute
         new_ids: list[str] = []
         healed_ids: list[str] = []
         replaced_ids: list[str] = []
         dropped = 0
-        for message in batch:
+        for index, message in enumerate(batch):
+            place = None if placements is None else placements[index]
             role = message.role
             if role == "user":
-                tail = self._heal(conn, buffer_id, tail, healed_ids)
+                if dangling:
+                    limit = None if place is None else _checked_position(place, tail, index)
+                    tail = _heal(conn, buffer_id, tail, healed_ids, limit)
+                    dangling = False
             elif role == "tool" and message.tool_call_id is not None:
                 found = execute(_FIND_RESULT, (buffer_id, message.tool_call_id)).fetchone()
                 if found is not None:
@@ -309,29 +358,21 @@ class Buffer:
                         dropped += 1
                     continue
                 if message.healed:
-                    # A placeholder only ever stands right after the turn that declared
-                    # its call: place it there, as healing would, or drop it when no
-                    # turn declares the call.
+                    # A placeholder only ever stands in the tool run right after the
+                    # turn that declared its call: it goes there (at its own position
+                    # when an import gives one that is still in that run), or is
+                    # dropped when no turn declares the call.
                     declaring = execute(
                         _DECLARING_TURN, (buffer_id, message.tool_call_id)
                     ).fetchone()
                     if declaring is None:
                         dropped += 1
                         continue
-                    message_id = new_message_id()
-                    (position,), at_end = _positions_after(conn, buffer_id, declaring[0], 1)
-                    execute(
-                        _INSERT,
-                        (
-                            message_id,
-                            buffer_id,
-                            position,
-                            role,
-                            message.content,
-                            message.content_parts,
-                            message.metadata,
-                        ),
-                    )
+                    if place is not None and _extends_tool_run(conn, buffer_id, declaring[0]):
+                        position, at_end = _checked_position(place, tail, index), True
+                    else:
+                        (position,), at_end = _positions_after(conn, buffer_id, declaring[0], 1)
+                    message_id = _insert(conn, buffer_id, position, message, place)
                     execute(_MARK_ANSWERED, (message_id, buffer_id, message.tool_call_id))
                     new_ids.append(message_id)
                     if at_end:
@@ -343,24 +384,29 @@ class Buffer:
                 if known == len(unique):  # MEM-2
                     dropped += 1
                     continue
-            message_id = new_message_id()
-            tail = key_between(tail, None)
-            execute(
-                _INSERT,
-                (
-                    message_id,
-                    buffer_id,
-                    tail,
-                    role,
-                    message.content,
-                    message.content_parts,
-                    message.metadata,
-                ),
-            )
+            if place is None:
+                tail = key_between(tail, None)
+                message_id = new_message_id()
+                execute(
+                    _INSERT,
+                    (
+                        message_id,
+                        buffer_id,
+                        tail,
+                        role,
+                        message.content,
+                        message.content_parts,
+                        message.metadata,
+                    ),
+                )
+            else:
+                tail = _checked_position(place, tail, index)
+                message_id = _insert(conn, buffer_id, tail, message, place)
             new_ids.append(message_id)
             if message.tool_call_id is not None:
                 execute(_MARK_ANSWERED, (message_id, buffer_id, message.tool_call_id))
             elif message.declared:
+                dangling = True  # perhaps: a result may already stand for the ids
                 conn.executemany(
                     _DECLARE,
                     [
@@ -373,7 +419,8 @@ class Buffer:
         if self.window is not None and count > self.window:
             evicted = self._evict(conn, buffer_id, count - self.window)
             count -= evicted
-        return AppendResult(
+            dangling = True  # an evicted result may have answered a call still here
+        result = AppendResult(
             count=count,
             appended=len(new_ids),
             message_ids=tuple(new_ids),
@@ -382,6 +429,7 @@ class Buffer:
             dropped=dropped,
             evicted=evicted,
         )
+        return result, (count, tail, dangling)
 
     @staticmethod
     def _evict(conn: sqlite3.Connection, buffer_id: int, excess: int) -> int:
@@ -391,44 +439,116 @@ class Buffer:
             evicted += conn.execute(_DELETE_ONE, (first[0],)).rowcount
         return int(evicted)
 
-    @staticmethod
-    def _heal(
-        conn: sqlite3.Connection, buffer_id: int, tail: str | None, healed_ids: list[str]
-    ) -> str | None:
-        """Answer every unanswered call of the buffer with a placeholder (MEM-3).
+    # -------------------------------------------------------- provider payloads
 
-        Returns the buffer's new last position.
+    def to_openai_chat(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The history as OpenAI Chat Completions ``messages`` (see :mod:`.providers`).
+
+        ``limit``: about the last ``limit`` messages, widened to whole turns.
         """
-        unanswered = conn.execute(_UNANSWERED, (buffer_id,)).fetchall()
-        if not unanswered:
-            return tail
-        for turn_position, call_ids in plan_healing(unanswered):
-            positions, at_end = _positions_after(conn, buffer_id, turn_position, len(call_ids))
-            rows = []
-            for position, call_id in zip(positions, call_ids, strict=True):
-                message_id = new_message_id()
-                metadata = _PLACEHOLDER_METADATA.format(json.dumps(call_id, ensure_ascii=False))
-                rows.append(
-                    (message_id, buffer_id, position, "tool", PLACEHOLDER_CONTENT, 0, metadata)
-                )
-                healed_ids.append(message_id)
-            conn.executemany(_INSERT, rows)
-            conn.executemany(
-                _MARK_ANSWERED,
-                [(row[0], buffer_id, call_id) for row, call_id in zip(rows, call_ids, strict=True)],
+        from .providers import to_openai_chat
+
+        return to_openai_chat(self.read(), limit=limit)
+
+    def to_openai_responses(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The history as OpenAI Responses ``input`` items (see :mod:`.providers`)."""
+        from .providers import to_openai_responses
+
+        return to_openai_responses(self.read(), limit=limit)
+
+    def to_anthropic(self, limit: int | None = None) -> dict[str, Any]:
+        """The history as Anthropic ``{"system", "messages"}`` (see :mod:`.providers`)."""
+        from .providers import to_anthropic
+
+        return to_anthropic(self.read(), limit=limit)
+
+
+def _heal(
+    conn: sqlite3.Connection,
+    buffer_id: int,
+    tail: str | None,
+    healed_ids: list[str],
+    limit: str | None = None,
+) -> str | None:
+    """Answer every unanswered call of the buffer with a placeholder (MEM-3).
+
+    ``limit``: the position the coming message will take (import), which the
+    placeholders must stay below. Returns the buffer's new last position.
+    """
+    unanswered = conn.execute(_UNANSWERED, (buffer_id,)).fetchall()
+    for turn_position, call_ids in plan_healing(unanswered):
+        positions, at_end = _positions_after(conn, buffer_id, turn_position, len(call_ids), limit)
+        rows = []
+        for position, call_id in zip(positions, call_ids, strict=True):
+            message_id = new_message_id()
+            metadata = _PLACEHOLDER_METADATA.format(json.dumps(call_id, ensure_ascii=False))
+            rows.append(
+                (message_id, buffer_id, position, "tool", PLACEHOLDER_CONTENT, 0, metadata)
             )
-            if at_end:
-                tail = positions[-1]
-        return tail
+            healed_ids.append(message_id)
+        conn.executemany(_INSERT, rows)
+        conn.executemany(
+            _MARK_ANSWERED,
+            [(row[0], buffer_id, call_id) for row, call_id in zip(rows, call_ids, strict=True)],
+        )
+        if at_end:
+            tail = positions[-1]
+    return tail
 
 
 def _positions_after(
-    conn: sqlite3.Connection, buffer_id: int, turn_position: str, n: int
+    conn: sqlite3.Connection,
+    buffer_id: int,
+    turn_position: str,
+    n: int,
+    limit: str | None = None,
 ) -> tuple[list[str], bool]:
-    """``n`` positions between a turn and its successor, and whether they end the buffer."""
+    """``n`` positions between a turn and its successor (or ``limit``, if lower).
+
+    Also says whether they end the buffer (the turn had no successor).
+    """
     successor = conn.execute(_SUCCESSOR, (buffer_id, turn_position)).fetchone()
     upper = None if successor is None else successor[0]
+    if limit is not None and (upper is None or limit < upper):
+        return keys_between(turn_position, limit, n), upper is None
     return keys_between(turn_position, upper, n), upper is None
+
+
+def _extends_tool_run(conn: sqlite3.Connection, buffer_id: int, turn_position: str) -> bool:
+    """True when only tool messages follow the turn: the end is still its tool run."""
+    return conn.execute(_NON_TOOL_AFTER, (buffer_id, turn_position)).fetchone() is None
+
+
+def _checked_position(place: Placement, tail: str | None, index: int) -> str:
+    if tail is not None and place.position <= tail:
+        raise InvalidMessage(
+            index, "position", f"{place.position!r} does not come after {tail!r}"
+        )
+    return place.position
+
+
+def _insert(
+    conn: sqlite3.Connection,
+    buffer_id: int,
+    position: str,
+    message: Incoming,
+    place: Placement | None,
+) -> str:
+    message_id = new_message_id() if place is None else place.id
+    conn.execute(
+        _INSERT_PLACED,
+        (
+            message_id,
+            buffer_id,
+            position,
+            message.role,
+            message.content,
+            message.content_parts,
+            message.metadata,
+            None if place is None else place.created_at,
+        ),
+    )
+    return message_id
 
 
 def _check_limit(limit: object) -> int:

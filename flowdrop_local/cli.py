@@ -7,12 +7,16 @@ Bad input prints one ``Error: ...`` line on stderr and exits with status 2.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import click
 
+from .buffer import Buffer
+from .check import as_dicts
+from .cli_sessions import sessions
 from .errors import FlowdropError
 from .model import converter
 from .store import Store
@@ -127,20 +131,53 @@ def _echo_history(messages: list[dict[str, Any]]) -> None:
 @click.argument("key")
 @click.option("--limit", type=click.IntRange(min=0), help="Only the last N messages.")
 @click.option("--json", "json_output", is_flag=True, help="Print the messages as a JSON array.")
+@click.option(
+    "--format",
+    "payload_format",
+    type=click.Choice(["openai-chat", "openai-responses", "anthropic"]),
+    help="Print the payload to send to this provider API (JSON; --limit widens to whole turns).",
+)
 @click.pass_context
 def show(
-    ctx: click.Context, scope: str, scope_id: str, key: str, limit: int | None, json_output: bool
+    ctx: click.Context,
+    scope: str,
+    scope_id: str,
+    key: str,
+    limit: int | None,
+    json_output: bool,
+    payload_format: str | None,
 ) -> None:
     """Print the history of buffer SCOPE SCOPE_ID KEY."""
     with _open(ctx) as store:
         try:
-            messages = store.buffer(scope, scope_id, key).read(limit=limit)
+            buffer = store.buffer(scope, scope_id, key)
+            if payload_format is not None:
+                _dump(_payload(buffer, payload_format, limit))
+                return
+            messages = buffer.read(limit=limit)
         except FlowdropError as error:
             raise BadInput(str(error)) from None
     if json_output:
         _dump(messages)
     else:
         _echo_history(messages)
+
+
+def _payload(buffer: Buffer, payload_format: str, limit: int | None) -> Any:
+    """The provider payload of a buffer, checked by its validator before it is printed."""
+    from . import providers
+
+    payload: Any
+    if payload_format == "openai-chat":
+        payload = buffer.to_openai_chat(limit)
+        providers.validate_openai_chat(payload)
+    elif payload_format == "openai-responses":
+        payload = buffer.to_openai_responses(limit)
+        providers.validate_openai_responses(payload)
+    else:
+        payload = buffer.to_anthropic(limit)
+        providers.validate_anthropic(payload)
+    return payload
 
 
 DEMO_ADDRESS = ("demo", "local", "weather-agent")
@@ -194,6 +231,89 @@ def demo(ctx: click.Context) -> None:
         click.echo(
             f"\nSee it again with: flowdrop-local --db {store.path} show {' '.join(DEMO_ADDRESS)}"
         )
+
+
+cli.add_command(sessions)
+
+
+@cli.command()
+@click.option("--json", "json_output", is_flag=True, help="Print the violations as JSON.")
+@click.pass_context
+def check(ctx: click.Context, json_output: bool) -> None:
+    """Check the file: SQLite integrity, foreign keys and the buffer invariants.
+
+    Exit status 0 when clean, 1 with a report of each violation.
+    """
+    with _open(ctx) as store:
+        violations = store.check()
+    if json_output:
+        _dump({"ok": not violations, "violations": as_dicts(violations)})
+    elif violations:
+        for violation in violations:
+            click.echo(str(violation))
+        click.echo(f"{len(violations)} violation(s) in {store.path}", err=True)
+    else:
+        click.echo(f"{store.path}: ok")
+    if violations:
+        ctx.exit(1)
+
+
+@cli.command()
+@click.pass_context
+def vacuum(ctx: click.Context) -> None:
+    """Checkpoint the write-ahead log into the file and compact it."""
+    with _open(ctx) as store:
+        before = _size(store.path)
+        store.vacuum()
+        click.echo(f"{store.path}: {before} -> {_size(store.path)} bytes")
+
+
+def _size(path: str) -> int:
+    return sum(
+        os.path.getsize(path + suffix)
+        for suffix in ("", "-wal")
+        if os.path.exists(path + suffix)
+    )
+
+
+@cli.command()
+@click.argument("address", nargs=-1)
+@click.pass_context
+def export(ctx: click.Context, address: tuple[str, ...]) -> None:
+    """Write every buffer (or SCOPE SCOPE_ID KEY) as JSON Lines to stdout."""
+    if len(address) not in (0, 3):
+        raise BadInput("give no address (everything) or SCOPE SCOPE_ID KEY")
+    with _open(ctx) as store:
+        target = (address[0], address[1], address[2]) if address else None
+        for record in store.export(target):
+            click.echo(json.dumps(record, ensure_ascii=False))
+
+
+@cli.command(name="import")
+@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.option("--replace", is_flag=True, help="Replace buffers that already hold messages.")
+@click.pass_context
+def import_(ctx: click.Context, file: Any, replace: bool) -> None:
+    """Import a JSON Lines export (FILE, or - for stdin) in one transaction."""
+    with _open(ctx) as store:
+        try:
+            report = store.import_jsonl(file, replace=replace)
+        except FlowdropError as error:
+            raise BadInput(str(error)) from None
+    _dump(converter.unstructure(report))
+
+
+@cli.command()
+@click.argument("target", type=click.Path(dir_okay=False))
+@click.pass_context
+def backup(ctx: click.Context, target: str) -> None:
+    """Write a consistent copy of the live database to TARGET."""
+    with _open(ctx) as store:
+        try:
+            store.backup(target)
+        except FlowdropError as error:
+            raise BadInput(str(error)) from None
+    click.echo(f"backed up {ctx.obj['db']} to {target}")
 
 
 def main() -> None:

@@ -55,3 +55,48 @@ class ReadOnlyStore(FlowdropError, PermissionError):
 
 class MessageNotFound(FlowdropError, LookupError):
     """No message with that id in this buffer."""
+
+
+class InvalidContext(FlowdropError, ValueError):
+    """An execution context or principal is malformed (not judged: malformed)."""
+
+
+class InvalidValue(FlowdropError, ValueError):
+    """A memory value cannot be stored as JSON; nothing was written."""
+
+
+class InvalidSession(FlowdropError, ValueError):
+    """A session id, workflow id, name, owner, viewer or metadata is malformed."""
+
+
+class SessionStopped(FlowdropError, RuntimeError):
+    """The session is stopped: it accepts no turn until it is resumed."""
+
+
+class InvalidPayload(FlowdropError, ValueError):
+    """A history breaks a rule of its format (a provider's, or tool pairing).
+
+    ``format`` names the format (``openai-chat``, ``anthropic``, ...), ``index`` the
+    first offending message or item (``None`` when the payload as a whole is
+    wrong) and ``problem`` the rule it breaks.
+    """
+
+    def __init__(self, format: str, index: int | None, problem: str) -> None:
+        self.format = format
+        self.index = index
+        self.problem = problem
+        where = "payload" if index is None else f"message {index}"
+        super().__init__(f"{format}: {where}: {problem}")
+
+
+class InvalidImport(FlowdropError, ValueError):
+    """An import file has a bad line (``line``, 1-based) or would overwrite; nothing was written."""
+
+    def __init__(self, line: int | None, problem: str) -> None:
+        self.line = line
+        self.problem = problem
+        super().__init__(f"line {line}: {problem}" if line is not None else problem)
+
+
+class BackupTargetExists(FlowdropError, FileExistsError):
+    """The backup target exists already; it is never overwritten."""

@@ -144,6 +144,17 @@ def key_between(a: str | None, b: str | None) -> str:
     Raises:
         InvalidPositionKey: a key is malformed, or ``a >= b``.
     """
+    if (
+        b is None
+        and a
+        and "a" <= a[0] <= "z"
+        and len(a) == ord(a[0]) - 95  # an integer key, no fraction: 'a7', 'b0Z', ...
+        and a[-1] != "z"
+        and a.isascii()
+        and a.isalnum()  # the base-62 alphabet
+    ):
+        # The append fast path: the next integer only bumps the last digit.
+        return a[:-1] + DIGITS[_DIGIT_VALUE[a[-1]] + 1]
     if a is not None:
         validate_key(a)
     if b is not None:

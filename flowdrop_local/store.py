@@ -15,22 +15,30 @@ on any exception, ``KeyboardInterrupt`` included.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Literal
+from typing import Any, Literal
 
 import sqlite_utils
 
+from . import memory
 from ._schema import prepare
-from .buffer import Buffer
-from .errors import FlowdropError, NotADatabase, ReadOnlyStore, StoreClosed
+from .access import AccessHook, ExecutionContext, Principal, resolve_address, resolve_scope
+from .buffer import Buffer, _address_part
+from .check import Violation, check_database
+from .errors import BackupTargetExists, FlowdropError, NotADatabase, ReadOnlyStore, StoreClosed
 from .model import BufferRef
+from .portability import ImportReport, export_records, import_records, parse_lines
+from .refused import RefusedBuffer
+from .sessions import Sessions
 
 log = logging.getLogger("flowdrop_local")
 
@@ -42,6 +50,12 @@ _LIST_BUFFERS = (
     "SELECT scope, scope_id, key, message_count FROM buffers "
     "WHERE message_count > 0 ORDER BY scope, scope_id, key"
 )
+
+
+def _writable(path: str) -> bool:
+    """Whether this process may write the file and create its -wal/-shm beside it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return os.access(path, os.W_OK) and os.access(folder, os.W_OK)
 
 
 def _forget_connections_after_fork() -> None:
@@ -74,27 +88,38 @@ class Store:
         *,
         durability: Durability = "normal",
         lock_warning_after: float = 5.0,
+        read_only: bool = False,
     ) -> None:
         if durability not in _SYNCHRONOUS:
             raise ValueError(f"durability must be 'normal' or 'full', got {durability!r}")
         self.path = os.fspath(path)
+        # A file (or folder) this process cannot write is opened read-only: reads
+        # work, and every write raises ReadOnlyStore before touching the file.
+        self.read_only = read_only or (
+            self.path != ":memory:" and os.path.exists(self.path) and not _writable(self.path)
+        )
         self.durability = durability
         self.lock_warning_after = lock_warning_after
         self._lock = threading.RLock()
+        # What the append path knows of each buffer it wrote: buffer id ->
+        # (message count, last position, may hold unanswered calls). Valid while
+        # no other connection has committed (PRAGMA data_version, checked after
+        # every BEGIN IMMEDIATE); any other write through this store drops it.
+        self._tails: dict[int, tuple[int, str | None, bool]] = {}
+        self._data_version = -1
         self._forked = False
         self._closed = True
-        try:
-            conn = sqlite3.connect(
-                self.path,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=lock_warning_after,
-            )
-        except sqlite3.Error as error:
-            raise NotADatabase(f"cannot open {self.path}: {error}") from None
+        conn = self._connect()
         try:
             prepare(conn, self.path)
             self._configure(conn)
+        except sqlite3.OperationalError as error:
+            conn.close()
+            if "readonly" in str(error):
+                raise ReadOnlyStore(
+                    f"{self.path} is read-only and needs its schema created or upgraded"
+                ) from None
+            raise NotADatabase(f"cannot open {self.path}: {error}") from None
         except BaseException:
             conn.close()
             raise
@@ -102,10 +127,31 @@ class Store:
         self._closed = False
         _LIVE_STORES.add(self)
 
+    def _connect(self) -> sqlite3.Connection:
+        options: dict[str, Any] = {
+            "isolation_level": None,
+            "check_same_thread": False,
+            "timeout": self.lock_warning_after,
+        }
+        if not self.read_only:
+            try:
+                return sqlite3.connect(self.path, **options)
+            except sqlite3.Error as error:
+                raise NotADatabase(f"cannot open {self.path}: {error}") from None
+        if not os.path.exists(self.path):
+            raise ReadOnlyStore(f"{self.path} does not exist; a read-only store cannot create it")
+        uri = "file:" + urllib.parse.quote(os.path.abspath(self.path))
+        try:
+            return sqlite3.connect(uri + "?mode=ro", uri=True, **options)
+        except sqlite3.OperationalError:
+            # A WAL file in a read-only folder: no -shm can be made. Read it as a
+            # snapshot that no one is writing.
+            return sqlite3.connect(uri + "?immutable=1", uri=True, **options)
+
     def _configure(self, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[self.durability]}")
-        if self.path != ":memory:":
+        if self.path != ":memory:" and not self.read_only:
             try:
                 conn.execute("PRAGMA journal_mode = WAL")
             except sqlite3.OperationalError as error:
@@ -150,21 +196,44 @@ class Store:
         with self._lock:
             conn = self._connection()
             self._begin_immediate(conn)
+            self._tails.clear()
             try:
                 yield conn
                 conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+            except BaseException as error:
+                self._abort(conn)
+                raise self._translated(error) from None
+
+    def _translated(self, error: BaseException) -> BaseException:
+        """The library's error for a damaged or read-only file; any other error as it is."""
+        if type(error) is sqlite3.DatabaseError:  # not its Integrity/Operational subclasses
+            return NotADatabase(f"{self.path} is corrupt: {error}")
+        if isinstance(error, sqlite3.OperationalError) and "readonly" in str(error):
+            return ReadOnlyStore(f"{self.path} is read-only: {error}")
+        return error
+
+    def _abort(self, conn: sqlite3.Connection) -> None:
+        """Roll back the open transaction (if SQLite has not already) and forget the tails."""
+        self._tails.clear()
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
 
     def _begin_immediate(self, conn: sqlite3.Connection) -> None:
-        """Take the write lock, waiting as long as it takes (MEM-12)."""
+        """Take the write lock, waiting as long as it takes (MEM-12).
+
+        Then drop the cached tails if another connection committed meanwhile.
+        """
+        if self.read_only:
+            raise ReadOnlyStore(f"{self.path} is open read-only")
         started = time.monotonic()
         warned = False
         while True:
             try:
                 conn.execute("BEGIN IMMEDIATE")
+                version = conn.execute("PRAGMA data_version").fetchone()[0]
+                if version != self._data_version:
+                    self._tails.clear()
+                    self._data_version = version
                 return
             except sqlite3.OperationalError as error:
                 message = str(error)
@@ -183,7 +252,70 @@ class Store:
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            yield self._connection()
+            conn = self._connection()
+            try:
+                yield conn
+            except sqlite3.DatabaseError as error:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise self._translated(error) from None
+
+    # ------------------------------------------------------------- maintenance
+
+    def check(self) -> list[Violation]:
+        """Every broken invariant in the file (empty when sound); see :mod:`.check`."""
+        with self._read() as conn:
+            conn.execute("BEGIN")  # one snapshot for the whole check
+            try:
+                return check_database(conn)
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+
+    def vacuum(self) -> None:
+        """Checkpoint the WAL into the file, truncate it, and compact the file."""
+        with self._lock:
+            conn = self._connection()
+            self._tails.clear()
+            conn.execute("VACUUM")  # in WAL mode the compacted pages go to the WAL ...
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # ... and from there to the file
+
+    def backup(self, path: str | os.PathLike[str]) -> None:
+        """Write a consistent copy of the database to ``path`` while writers go on.
+
+        Uses SQLite's online backup API in one step, so the copy is one snapshot.
+
+        Raises:
+            FileExistsError (a FlowdropError): ``path`` exists; it is not overwritten.
+        """
+        target_path = os.fspath(path)
+        if os.path.exists(target_path):
+            raise BackupTargetExists(f"{target_path} exists; not overwriting it")
+        target = sqlite3.connect(target_path)
+        try:
+            with self._lock:
+                self._connection().backup(target)
+        finally:
+            target.close()
+
+    def export(self, address: tuple[str, str, str] | None = None) -> Iterator[dict[str, Any]]:
+        """Export records (see :mod:`.portability`) of every buffer, or of one."""
+        return export_records(self, address)
+
+    def import_records(
+        self, records: Iterable[Mapping[str, Any]], *, replace: bool = False
+    ) -> ImportReport:
+        """Import export records in one transaction, healing as appends would.
+
+        Raises:
+            InvalidImport: a bad record (numbered from 1), or a buffer that already
+                holds messages while ``replace`` is false. Nothing is written.
+        """
+        return import_records(self, enumerate(records, start=1), replace=replace)
+
+    def import_jsonl(self, lines: Iterable[str], *, replace: bool = False) -> ImportReport:
+        """Import a JSON Lines export (``flowdrop-local import``); errors name the line."""
+        return import_records(self, parse_lines(lines), replace=replace)
 
     # --------------------------------------------------------------- buffers
 
@@ -192,11 +324,19 @@ class Store:
 
         ``window``: keep only the last ``window`` messages (see :class:`Buffer`).
 
+        A ``user`` or ``session`` address whose id is not a usable identity (``"0"``,
+        ``""``, ``None``, ...) gives a refused buffer (MEM-6, MEM-13; see
+        :meth:`buffer_for`), decided by the same function as a context's scope.
+
         Raises:
             InvalidAddress: an address part is not a string, or scope or key is blank.
         """
         self._connection()
-        return Buffer(self, scope, scope_id, key, window=window)
+        _address_part("key", key, allow_empty=False)  # bad input is an error, not a refusal
+        resolution = resolve_address(scope, scope_id)
+        if resolution.refused:
+            return RefusedBuffer(scope, key, window=window)
+        return Buffer(self, scope, resolution.scope_id, key, window=window)
 
     def buffers(self) -> list[BufferRef]:
         """The buffers that hold messages, ordered by address."""
@@ -209,4 +349,110 @@ class Store:
 
         Writes through it bypass the buffer rules (the schema's triggers still apply).
         """
+        self._tails.clear()
         return sqlite_utils.Database(self._connection())
+
+    # ------------------------------------------- identity scopes and sessions (issue 5)
+    # Scope refusal and session access are decided in access.py; the methods here
+    # only route to the consumers (memory.py, sessions.py, RefusedBuffer).
+
+    def buffer_for(
+        self,
+        context: ExecutionContext | None,
+        scope: str,
+        key: str,
+        *,
+        window: int | None = None,
+    ) -> Buffer:
+        """The buffer of ``key`` in ``scope`` as ``context`` resolves it (MEM-6, MEM-13).
+
+        Scopes: ``global``, ``workflow``, ``pipeline``, ``execution``, ``session``,
+        ``user``. When ``user`` or ``session`` refuses, the result is a
+        :class:`RefusedBuffer` (``refused`` is True): it reads as empty and an append
+        drops the turn with ``count=0, appended=0``, without any SQL (MEM-7, MEM-14).
+        One warning is logged per refusal.
+
+        Raises:
+            InvalidAddress: an unknown scope, or a blank key.
+        """
+        self._connection()
+        _address_part("key", key, allow_empty=False)  # bad input is an error, not a refusal
+        resolution = resolve_scope(context, scope)
+        if resolution.refused:
+            return RefusedBuffer(scope, key, window=window)
+        return Buffer(self, scope, resolution.scope_id, key, window=window)
+
+    def memory_get(
+        self, context: ExecutionContext | None, scope: str, key: str, default: object = None
+    ) -> memory.MemoryRead:
+        """Read ``key`` in ``scope``: ``{value, found, scope, resolved_scope_id}`` (MEM-7).
+
+        A refused scope returns ``default`` with ``found=False`` and
+        ``resolved_scope_id=""``, without reading anything.
+
+        Raises:
+            InvalidAddress: an unknown scope, or a blank key.
+        """
+        self._connection()
+        return memory.get(self, context, scope, key, default)
+
+    def memory_set(
+        self, context: ExecutionContext | None, scope: str, key: str, value: object
+    ) -> memory.MemoryWrite:
+        """Store the JSON ``value`` under ``key`` in ``scope``; ``ok`` is False if it refused.
+
+        Raises:
+            InvalidAddress: an unknown scope, or a blank key.
+            InvalidValue: ``value`` is not JSON; nothing was written.
+        """
+        self._connection()
+        return memory.set_(self, context, scope, key, value)
+
+    def memory_delete(
+        self, context: ExecutionContext | None, scope: str, key: str
+    ) -> memory.MemoryWrite:
+        """Delete ``key`` in ``scope``; ``ok`` is False if it refused, ``existed`` if removed.
+
+        Raises:
+            InvalidAddress: an unknown scope, or a blank key.
+        """
+        self._connection()
+        return memory.delete(self, context, scope, key)
+
+    def sessions(self, principal: Principal) -> Sessions:
+        """The sessions API acting as ``principal`` (MEM-8, MEM-9, MEM-15).
+
+        Raises:
+            InvalidContext: ``principal`` is not a :class:`Principal`.
+        """
+        self._connection()
+        return Sessions(self, principal)
+
+    @functools.cached_property
+    def _access_hook_list(self) -> list[AccessHook]:
+        return []
+
+    @property
+    def access_hooks(self) -> tuple[AccessHook, ...]:
+        """The registered extension hooks, in the order they are asked."""
+        with self._lock:
+            return tuple(self._access_hook_list)
+
+    def add_access_hook(self, hook: AccessHook) -> None:
+        """Register an extension hook for session access decisions.
+
+        A hook receives an :class:`~flowdrop_local.access.AccessRequest` only after
+        the rules allowed it, and can only deny (return ``False``, or raise): it
+        cannot grant what the rules denied (MEM-15). Hooks run inside the decision's
+        transaction, so they must not write through this store.
+        """
+        if not callable(hook):
+            raise TypeError(f"an access hook must be callable, not {type(hook).__name__}")
+        with self._lock:
+            self._access_hook_list.append(hook)
+
+    def remove_access_hook(self, hook: AccessHook) -> None:
+        """Unregister a hook added with :meth:`add_access_hook` (no error if absent)."""
+        with self._lock:
+            if hook in self._access_hook_list:
+                self._access_hook_list.remove(hook)

@@ -116,7 +116,7 @@ def test_bad_message_is_refused_and_the_file_is_unchanged(
     [
         ((1, "s", "k"), "scope must be a string"),
         (("", "s", "k"), "scope must not be blank"),
-        (("session", None, "k"), "scope_id must be a string"),
+        (("workflow", None, "k"), "scope_id must be a string"),
         (("session", "s", "  "), "key must not be blank"),
     ],
 )

@@ -1,0 +1,357 @@
+"""The markdown report: machine, command, headline, one table per workload, the targets.
+
+``write`` replaces ``RESULTS.md`` but keeps the sections that ``benchmarks.keys``
+and ``benchmarks.hotspots`` maintain between their markers (:func:`write_section`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import importlib.metadata
+import os
+import platform
+import sqlite3
+import subprocess
+from pathlib import Path
+
+from .core import APPEND, COLD, HEAL_1, HEAL_10, IMPORT, READ, WORKLOADS, Cell, fmt_bytes, fmt_ns
+
+SECTIONS = ("keys", "hotspots")
+"""Sections other scripts own, kept when the suite rewrites the report."""
+_ROOT = Path(__file__).resolve().parent.parent
+_PACKAGES = (
+    "openai-agents",
+    "langchain-community",
+    "langchain-core",
+    "sqlalchemy",
+    "langgraph",
+    "langgraph-checkpoint-sqlite",
+    "sqlite-utils",
+)
+_ORDER = (
+    "flowdrop-normal",
+    "flowdrop-full",
+    "raw-normal",
+    "raw-full",
+    "agents",
+    "langchain",
+    "langgraph",
+)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _flowdrop_version() -> str:
+    """The commit, and a hash of the package sources (the tree may hold uncommitted work)."""
+    digest = hashlib.sha256()
+    for source in sorted((_ROOT / "flowdrop_local").rglob("*.py")):
+        digest.update(source.read_bytes())
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return f"commit {commit}, sources sha256 {digest.hexdigest()[:12]}"
+
+
+def machine() -> list[str]:
+    """Lines describing where the numbers were taken."""
+    versions = []
+    for package in _PACKAGES:
+        try:
+            versions.append(f"{package} {importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{package} (not installed)")
+    return [
+        f"- Machine: {os.cpu_count()} CPUs (`nproc`), {_cpu_model()}, {platform.platform()}",
+        f"- Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}",
+        f"- flowdrop_local: {_flowdrop_version()}",
+        f"- Peers: {', '.join(versions)}",
+    ]
+
+
+def _ordered(cells: list[Cell]) -> list[Cell]:
+    rank = {key: i for i, key in enumerate(_ORDER)}
+    return sorted(cells, key=lambda c: (c.size, rank.get(c.system, len(rank)), c.system))
+
+
+def _index(cells: list[Cell]) -> dict[tuple[str, int, str], Cell]:
+    return {(c.workload, c.size, c.system): c for c in cells}
+
+
+def _ratio(cell: Cell, index: dict[tuple[str, int, str], Cell]) -> float | None:
+    raw = index.get((cell.workload, cell.size, cell.floor))
+    if raw is None or not raw.samples or not cell.samples:
+        return None
+    return cell.median / raw.median
+
+
+def _workload_table(
+    workload: str, cells: list[Cell], index: dict[tuple[str, int, str], Cell]
+) -> list[str]:
+    memory = workload in (READ, COLD)
+    head = "| system | messages | n | median | p95 | x raw |" + (" peak memory |" if memory else "")
+    rule = "|---|---:|---:|---:|---:|---:|" + ("---:|" if memory else "")
+    lines = [head, rule]
+    for cell in _ordered([c for c in cells if c.workload == workload]):
+        if cell.skipped is not None:
+            lines.append(
+                f"| {cell.name} | {cell.size:,} | 0 | skipped | | |" + (" |" if memory else "")
+            )
+            continue
+        ratio = _ratio(cell, index)
+        row = (
+            f"| {cell.name} | {cell.size:,} | {len(cell.samples)} | {fmt_ns(cell.median)} "
+            f"| {fmt_ns(cell.p95)} | {'' if ratio is None else f'{ratio:.2f}'} |"
+        )
+        if memory:
+            row += f" {'' if cell.peak_bytes is None else fmt_bytes(cell.peak_bytes)} |"
+        lines.append(row)
+    return lines
+
+
+def _headline(cells: list[Cell], index: dict[tuple[str, int, str], Cell]) -> list[str]:
+    sizes = sorted({c.size for c in cells if c.workload != IMPORT})
+    if not sizes:
+        return []
+    small, large = sizes[0], sizes[-1]
+    growth = [f"append cost {small:,} -> {s:,}" for s in sizes[1:]]
+    lines = [
+        f"| | append one message ({small:,}) | x raw | read last 50 of {large:,} | x raw | "
+        + " | ".join(growth)
+        + " |",
+        "|---|---:|---:|---:|---:|" + "---:|" * len(growth),
+    ]
+    systems = {c.system: c.name for c in cells}
+    for key in sorted(systems, key=lambda k: _ORDER.index(k) if k in _ORDER else 99):
+        base = index.get((APPEND, small, key))
+        read = index.get((READ, large, key))
+        cols = []
+        for cell in (base, read):
+            if cell is None or not cell.samples:
+                cols += ["skipped" if cell is not None else "", ""]
+            else:
+                ratio = _ratio(cell, index)
+                cols += [fmt_ns(cell.median), "" if ratio is None else f"{ratio:.2f}"]
+        for size in sizes[1:]:
+            later = index.get((APPEND, size, key))
+            if base is None or later is None or not base.samples or not later.samples:
+                cols.append("")
+            else:
+                cols.append(f"{later.median / base.median:.2f}x")
+        lines.append(f"| {systems[key]} | " + " | ".join(cols) + " |")
+    return lines
+
+
+def _targets(cells: list[Cell], index: dict[tuple[str, int, str], Cell]) -> list[str]:
+    """Issue 4's targets, each judged from this run's medians."""
+    lines = ["| target | flowdrop_local | measured | met |", "|---|---|---|---|"]
+    sizes = sorted({c.size for c in cells if c.workload != IMPORT})
+
+    def median(workload: str, size: int, key: str) -> float | None:
+        cell = index.get((workload, size, key))
+        return cell.median if cell is not None and cell.samples else None
+
+    def row(target: str, who: str, measured: str, ok: bool) -> None:
+        lines.append(f"| {target} | {who} | {measured} | {'yes' if ok else '**no**'} |")
+
+    for durability in ("normal", "full"):
+        key, raw = f"flowdrop-{durability}", f"raw-{durability}"
+        for size in sizes:
+            ours, floor = median(APPEND, size, key), median(APPEND, size, raw)
+            if ours and floor:
+                ratio = ours / floor
+                stretch = " (stretch 1.5x met)" if ratio <= 1.5 else ""
+                row(
+                    f"append <= 1.75x raw, {size:,} msgs",
+                    durability,
+                    f"{ratio:.2f}x{stretch}",
+                    ratio <= 1.75,
+                )
+        for size in sizes:
+            h1, h10 = median(HEAL_1, size, key), median(HEAL_10, size, key)
+            floor = median(APPEND, size, raw)
+            r1, r10 = median(HEAL_1, size, raw), median(HEAL_10, size, raw)
+            if h1 and h10 and floor:
+                per_call = (h10 - h1) / 9
+                raw_row = f"; raw per extra row {fmt_ns((r10 - r1) / 9)}" if r1 and r10 else ""
+                row(
+                    f"each healed call <= one raw insert ({fmt_ns(floor)}), {size:,} msgs",
+                    durability,
+                    f"{fmt_ns(per_call)} per call{raw_row}",
+                    per_call <= floor,
+                )
+        if len(sizes) > 1:
+            for workload in (HEAL_1, HEAL_10):
+                first, last = median(workload, sizes[0], key), median(workload, sizes[-1], key)
+                if first and last:
+                    row(
+                        f"{workload}: {sizes[-1]:,} within 1.2x of {sizes[0]:,}",
+                        durability,
+                        f"{last / first:.2f}x",
+                        last / first <= 1.2,
+                    )
+        large = sizes[-1] if sizes else None
+        if large is not None:
+            ours, floor = median(READ, large, key), median(READ, large, raw)
+            if ours and floor:
+                row(
+                    f"read(limit=50) <= 1.5x raw, {large:,} msgs",
+                    durability,
+                    f"{ours / floor:.2f}x",
+                    ours / floor <= 1.5,
+                )
+            small_cell = index.get((READ, sizes[0], key))
+            large_cell = index.get((READ, large, key))
+            if small_cell and large_cell and small_cell.peak_bytes and large_cell.peak_bytes:
+                grow = large_cell.peak_bytes / small_cell.peak_bytes
+                row(
+                    f"read memory flat, {sizes[0]:,} -> {large:,} msgs",
+                    durability,
+                    f"{fmt_bytes(small_cell.peak_bytes)} -> {fmt_bytes(large_cell.peak_bytes)}",
+                    grow <= 1.5,
+                )
+        imports = [c for c in cells if c.workload == IMPORT and c.system == key and c.samples]
+        for cell in imports:
+            floor = median(IMPORT, cell.size, raw)
+            if floor:
+                row(
+                    f"import of {cell.size:,} <= 3x raw executemany",
+                    durability,
+                    f"{cell.median / floor:.2f}x",
+                    cell.median / floor <= 3,
+                )
+    return lines
+
+
+def render(
+    *,
+    cells: list[Cell],
+    prefill: dict[tuple[str, int], int],
+    pragmas: dict[str, str],
+    names: dict[str, str],
+    missing: dict[str, str],
+    args: argparse.Namespace,
+    command: str,
+    elapsed: float,
+) -> str:
+    """The whole report, without the position-key section."""
+    index = _index(cells)
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    out = [
+        "# Benchmark results",
+        "",
+        f"- Date: {now}; the run took {elapsed / 60:.1f} min",
+        *machine(),
+        f"- Command: `{command}` (from the repository root, after `pip install -e '.[bench]'`)",
+        f"- Rounds: up to {args.rounds} per cell ({args.import_rounds} for the import), "
+        f"interleaved and shuffled per round (seed {args.seed}); one untimed warm-up each; "
+        f"a system gets at most {args.budget:g} s per cell, so slow ones run fewer rounds "
+        "(column n) or are skipped",
+        "- Times are per operation, warm page cache; `x raw` is the median over raw sqlite3's "
+        "median at the same synchronous setting (peers run at their default, FULL). "
+        "p95 is the nearest-rank 95th percentile. Peak memory is what tracemalloc sees during "
+        "one read (Python allocations; SQLite's page cache is not included).",
+        "- Sizes are the messages in the buffer before the first round; appends add one "
+        "message a round (k + 2 for a healing round).",
+        "",
+        "## Headline",
+        "",
+        *_headline(cells, index),
+        "",
+        "## Targets of issue 4",
+        "",
+        *_targets(cells, index),
+        "",
+    ]
+    titles = {
+        APPEND: "Append one message",
+        HEAL_1: "User append healing k = 1 dangling call",
+        HEAL_10: "User append healing k = 10 dangling calls",
+        READ: "Read the last 50 messages",
+        COLD: "Open the file cold (new connection and library object), read the last 50",
+        IMPORT: f"Import {args.import_size:,} messages in one batch into a new file",
+    }
+    notes = {
+        HEAL_1: "The declaring assistant turn is appended untimed; the user append is timed. "
+        "Raw's equivalent (its floor) inserts k placeholder rows and the user row in one "
+        "transaction.",
+        HEAL_10: "As above, k = 10.",
+        READ: "LangChain has no last-N read: `history.messages[-50:]` loads the whole session. "
+        "LangGraph's `get_state` loads the latest checkpoint, which holds the whole list.",
+        COLD: "The close happens after the timer. LangGraph's figure includes compiling the "
+        "graph with the new saver.",
+        APPEND: "LangGraph appends with `graph.update_state` (one checkpoint, no node run).",
+    }
+    for workload in WORKLOADS:
+        if any(c.workload == workload for c in cells):
+            out += [f"## {titles[workload]}", ""]
+            if workload in notes:
+                out += [notes[workload], ""]
+            out += [*_workload_table(workload, cells, index), ""]
+    out += [
+        "## Systems",
+        "",
+        "| system | journal, synchronous | pre-fill, one untimed call |",
+        "|---|---|---|",
+    ]
+    for key in sorted(names, key=lambda k: _ORDER.index(k) if k in _ORDER else 99):
+        times = ", ".join(
+            f"{size:,}: {fmt_ns(ns)}" for (k, size), ns in sorted(prefill.items()) if k == key
+        )
+        out.append(f"| {names[key]} | {pragmas.get(key, '')} | {times} |")
+    skipped = [c for c in _ordered(cells) if c.skipped is not None]
+    if skipped or missing:
+        out += ["", "## Skipped", ""]
+        out += [f"- {c.name}, {c.workload}, {c.size:,} messages: {c.skipped}" for c in skipped]
+        out += [f"- {name}: {why}" for name, why in missing.items()]
+    return "\n".join(out) + "\n"
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- BEGIN benchmarks.{name} -->", f"<!-- END benchmarks.{name} -->"
+
+
+def _sections(text: str) -> dict[str, str]:
+    """The marked sections of a report, by name, markers included."""
+    found = {}
+    for name in SECTIONS:
+        begin, end = _markers(name)
+        if begin in text and end in text:
+            found[name] = text[text.index(begin) : text.index(end) + len(end)]
+    return found
+
+
+def write(path: Path, text: str) -> None:
+    """Write the report, keeping the key and profile sections of the file it replaces."""
+    kept = _sections(path.read_text(encoding="utf-8")) if path.exists() else {}
+    tail = "".join(f"\n{kept[name]}\n" for name in SECTIONS if name in kept)
+    path.write_text(text + tail, encoding="utf-8")
+
+
+def write_section(path: Path, name: str, section: str) -> None:
+    """Put ``section`` between the markers of ``name`` in ``path``, replacing an earlier one."""
+    begin, end = _markers(name)
+    block = f"{begin}\n{section.rstrip()}\n{end}"
+    old = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
+    if begin in old and end in old:
+        new = old[: old.index(begin)] + block + old[old.index(end) + len(end) :]
+    else:
+        new = old.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(new, encoding="utf-8")

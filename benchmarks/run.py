@@ -1,0 +1,310 @@
+"""The benchmark suite of issue 4: ``python -m benchmarks [--quick] ...``.
+
+For each history length, every system gets its own file, pre-filled through its
+fastest legitimate path (one batch call, untimed). Then each workload runs
+interleaved: in round r every system does one timed operation, in a freshly
+shuffled order, so machine noise (other work on the two cores) hits all systems
+alike. One untimed warm-up operation per system comes first; it also sizes the
+time budget: a system whose operation is so slow that ``--budget`` seconds hold
+fewer than ``MIN_ROUNDS`` of them is skipped for that cell, and says so.
+
+Appends grow the buffers as rounds go by (one message a round, k + 2 for a
+healing round); the sizes are the lengths before the first round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import random
+import shlex
+import sys
+import tempfile
+import time
+import traceback
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+from . import report
+from .core import (
+    APPEND,
+    COLD,
+    HEAL_1,
+    HEAL_10,
+    IMPORT,
+    READ,
+    Cell,
+    System,
+    Unsupported,
+    fmt_bytes,
+    fmt_ns,
+    history,
+    remove_database,
+)
+from .systems import FAMILIES, select
+
+MIN_ROUNDS = 3
+_WORKLOAD_NAMES = {
+    "append": APPEND,
+    "heal1": HEAL_1,
+    "heal10": HEAL_10,
+    "read": READ,
+    "cold": COLD,
+    "import": IMPORT,
+}
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="flowdrop_local vs raw sqlite3 vs the peer libraries (issue 4).",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="sizes 100,10000, 12 rounds, 1 s budget, import of 10,000: under a minute; "
+        "writes no file unless --out is given",
+    )
+    parser.add_argument("--sizes", help="history lengths, comma-separated (100,10000,100000)")
+    parser.add_argument("--rounds", type=int, help="timed operations per system and cell (50)")
+    parser.add_argument(
+        "--budget", type=float, help="seconds one system may spend on one cell (30)"
+    )
+    parser.add_argument("--import-size", type=int, help="messages in the batch import (100000)")
+    parser.add_argument("--import-rounds", type=int, help="rounds of the batch import (10)")
+    parser.add_argument(
+        "--systems",
+        default=",".join(FAMILIES),
+        help=f"comma-separated: {', '.join(FAMILIES)}, or e.g. flowdrop-normal (all)",
+    )
+    parser.add_argument(
+        "--workloads",
+        default=",".join(_WORKLOAD_NAMES),
+        help=f"comma-separated: {', '.join(_WORKLOAD_NAMES)} (all)",
+    )
+    parser.add_argument("--out", help="markdown report (benchmarks/RESULTS.md; none with --quick)")
+    parser.add_argument("--seed", type=int, default=4, help="seed of the round shuffles (4)")
+    parser.add_argument("--workdir", help="where the database files go (a temporary directory)")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.sizes = [
+        int(s) for s in (args.sizes or ("100,10000" if quick else "100,10000,100000")).split(",")
+    ]
+    args.rounds = args.rounds or (12 if quick else 50)
+    args.budget = args.budget or (1.0 if quick else 30.0)
+    args.import_size = args.import_size or (10_000 if quick else 100_000)
+    args.import_rounds = args.import_rounds or (3 if quick else 10)
+    if args.out is None and not quick:
+        args.out = str(Path(__file__).with_name("RESULTS.md"))
+    try:
+        args.workloads = [_WORKLOAD_NAMES[w] for w in args.workloads.split(",")]
+    except KeyError as error:
+        parser.error(f"unknown workload {error}; choose from {', '.join(_WORKLOAD_NAMES)}")
+    return args
+
+
+def _print_cell(cell: Cell, raw: Cell | None) -> None:
+    head = f"  {cell.workload:<26} {cell.size:>7,}  {cell.name:<40}"
+    if cell.skipped is not None:
+        print(f"{head} skipped: {cell.skipped}", flush=True)
+        return
+    ratio = ""
+    if raw is not None and raw.samples:
+        ratio = f"  x{cell.median / raw.median:.2f} raw"
+    memory = "" if cell.peak_bytes is None else f"  peak {fmt_bytes(cell.peak_bytes)}"
+    print(
+        f"{head} n={len(cell.samples):<3} median {fmt_ns(cell.median):>10}"
+        f"  p95 {fmt_ns(cell.p95):>10}{ratio}{memory}",
+        flush=True,
+    )
+
+
+def _peak_memory(op: Callable[[], int]) -> int:
+    """Peak bytes Python allocates during one ``op`` (tracemalloc; SQLite's own cache excluded)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        op()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def run_cell(
+    workload: str,
+    size: int,
+    ops: dict[str, tuple[System, Callable[[], int]]],
+    args: argparse.Namespace,
+    rng: random.Random,
+    rounds: int,
+) -> list[Cell]:
+    """Warm up and size each system, then run the rounds interleaved; one Cell per system."""
+    budget_ns = args.budget * 1e9
+    planned: dict[str, int] = {}
+    skipped: dict[str, str] = {}
+    for key, (_system, op) in ops.items():
+        gc.collect()
+        started = time.perf_counter_ns()
+        try:
+            op()
+        except Exception as error:
+            traceback.print_exc()
+            skipped[key] = f"failed: {type(error).__name__}: {error}"
+            continue
+        wall = max(1, time.perf_counter_ns() - started)
+        n = min(rounds, int(budget_ns // wall))
+        if n < MIN_ROUNDS:
+            skipped[key] = (
+                f"one operation took {fmt_ns(wall)}; {MIN_ROUNDS} rounds would exceed "
+                f"the {args.budget:g} s budget"
+            )
+        else:
+            planned[key] = n
+    samples: dict[str, list[int]] = {key: [] for key in planned}
+    gc.collect()
+    for r in range(max(planned.values(), default=0)):
+        order = [key for key, n in planned.items() if n > r and key not in skipped]
+        rng.shuffle(order)
+        for key in order:
+            try:
+                samples[key].append(ops[key][1]())
+            except Exception as error:
+                traceback.print_exc()
+                skipped[key] = f"failed in round {r}: {type(error).__name__}: {error}"
+    peaks: dict[str, int] = {}
+    if workload in (READ, COLD):
+        for key in planned:
+            if key not in skipped:
+                peaks[key] = _peak_memory(ops[key][1])
+    cells = []
+    for key, (system, _op) in ops.items():
+        cells.append(
+            Cell(
+                workload=workload,
+                size=size,
+                system=key,
+                name=system.name,
+                floor=system.floor,
+                samples=tuple(samples.get(key, ())) if key not in skipped else (),
+                skipped=skipped.get(key),
+                peak_bytes=peaks.get(key),
+            )
+        )
+    return cells
+
+
+def _show(cells: list[Cell]) -> None:
+    by_key = {cell.system: cell for cell in cells}
+    for cell in cells:
+        _print_cell(cell, by_key.get(cell.floor))
+
+
+def run_sizes(
+    systems: list[System], args: argparse.Namespace, workdir: Path, rng: random.Random
+) -> tuple[list[Cell], dict[tuple[str, int], int], dict[str, str]]:
+    """Every workload but the import, at every size: cells, pre-fill times, pragmas."""
+    cells: list[Cell] = []
+    prefill: dict[tuple[str, int], int] = {}
+    pragmas: dict[str, str] = {}
+    for size in args.sizes:
+        messages = history(size)
+        opened: list[System] = []
+        print(f"\n== {size:,} messages: pre-filling", flush=True)
+        for system in systems:
+            path = workdir / f"{system.key}-{size}.db"
+            remove_database(path)
+            started = time.perf_counter_ns()
+            try:
+                system.open(path, messages)
+            except Exception as error:
+                traceback.print_exc()
+                print(f"  {system.name}: pre-fill failed: {error}", flush=True)
+                continue
+            prefill[(system.key, size)] = time.perf_counter_ns() - started
+            pragmas[system.key] = system.pragmas()
+            opened.append(system)
+            print(f"  {system.name:<40} {fmt_ns(prefill[(system.key, size)])}", flush=True)
+        for workload in args.workloads:
+            if workload == IMPORT:
+                continue
+            ops: dict[str, tuple[System, Callable[[], int]]] = {}
+            for system in opened:
+                try:
+                    ops[system.key] = (system, system.operation(workload))
+                except Unsupported:
+                    continue
+            if not ops:
+                continue
+            new = run_cell(workload, size, ops, args, rng, args.rounds)
+            _show(new)
+            cells.extend(new)
+        for system in opened:
+            system.close()
+            assert system.path is not None
+            remove_database(system.path)
+        del messages
+        gc.collect()
+    return cells, prefill, pragmas
+
+
+def run_import(
+    systems: list[System], args: argparse.Namespace, workdir: Path, rng: random.Random
+) -> list[Cell]:
+    """Import ``--import-size`` messages in one call into a new file, per round."""
+    messages = history(args.import_size)
+    print(f"\n== import of {args.import_size:,} messages in one batch", flush=True)
+
+    def importer(system: System) -> Callable[[], int]:
+        counter = itertools.count()
+
+        def op() -> int:
+            path = workdir / f"import-{system.key}-{next(counter)}.db"
+            try:
+                return system.import_batch(path, messages)
+            finally:
+                remove_database(path)
+
+        return op
+
+    ops = {system.key: (system, importer(system)) for system in systems}
+    cells = run_cell(IMPORT, args.import_size, ops, args, rng, args.import_rounds)
+    _show(cells)
+    return cells
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the suite; print every cell as it finishes, then the tables; write ``--out``."""
+    args = _parse(argv)
+    command = "python -m benchmarks" + "".join(
+        f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv)
+    )
+    systems, missing = select(args.systems.split(","))
+    for name, why in missing.items():
+        print(f"skipping {name}: {why}", file=sys.stderr)
+    rng = random.Random(args.seed)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="flowdrop-bench-", dir=args.workdir) as tmp:
+        workdir = Path(tmp)
+        cells, prefill, pragmas = run_sizes(systems, args, workdir, rng)
+        if IMPORT in args.workloads:
+            cells.extend(run_import(systems, args, workdir, rng))
+    elapsed = time.monotonic() - started
+    text = report.render(
+        cells=cells,
+        prefill=prefill,
+        pragmas=pragmas,
+        names={s.key: s.name for s in systems},
+        missing=missing,
+        args=args,
+        command=command,
+        elapsed=elapsed,
+    )
+    print("\n" + text)
+    if args.out:
+        report.write(Path(args.out), text)
+        print(f"wrote {args.out} ({elapsed:.0f} s)")
+    else:
+        print(f"done in {elapsed:.0f} s")
+    return 0

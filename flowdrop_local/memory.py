@@ -1,0 +1,127 @@
+"""Key-value memory in the same (scope, scope_id) slots as the buffers (MEM-7).
+
+Every operation resolves its scope with :func:`access.resolve_scope` first and, if
+the scope refused, returns the neutral result without touching the connection: a
+read gives the caller's default with ``found=False``, a write or delete reports
+``ok=False``, and ``resolved_scope_id`` is ``""``. Inputs are validated before
+that, so bad input is an error whether or not the scope would refuse.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .access import ExecutionContext, ScopeResolution, resolve_scope
+from .errors import InvalidAddress, InvalidValue
+
+if TYPE_CHECKING:
+    from .store import Store
+
+_GET = "SELECT value FROM memory WHERE scope = ? AND scope_id = ? AND key = ?"
+_SET = (
+    "INSERT INTO memory (scope, scope_id, key, value) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (scope, scope_id, key) DO UPDATE SET value = excluded.value, "
+    "updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+)
+_DELETE = "DELETE FROM memory WHERE scope = ? AND scope_id = ? AND key = ?"
+
+
+@attrs.frozen
+class MemoryRead:
+    """The result of a memory read, in the shape the MEM-7 examples show.
+
+    A refusal and the shared bucket both report ``resolved_scope_id=""``; only
+    ``found`` and ``value`` tell them apart.
+    """
+
+    value: Any
+    found: bool
+    scope: str
+    resolved_scope_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"value", "found", "scope", "resolved_scope_id"}``."""
+        return attrs.asdict(self, recurse=False)
+
+
+@attrs.frozen
+class MemoryWrite:
+    """The result of a memory write or delete.
+
+    ``ok`` is False only when the scope refused, and then nothing was written.
+    ``existed`` says whether the key held a value before the call (for a delete:
+    whether anything was removed).
+    """
+
+    ok: bool
+    scope: str
+    resolved_scope_id: str
+    existed: bool = False
+
+
+def _key(key: object) -> str:
+    if not isinstance(key, str) or not key.strip():
+        raise InvalidAddress(f"a memory key must be a non-blank string, got {key!r}")
+    return key
+
+
+def _encode(value: object) -> str:
+    """The value as JSON text SQLite can store, or InvalidValue before anything is written."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")  # a lone surrogate would fail inside the transaction
+    except (TypeError, ValueError, RecursionError) as error:
+        raise InvalidValue(f"a memory value must be JSON: {error}") from None
+    return text
+
+
+def _resolve(
+    context: ExecutionContext | None, scope: str, key: object
+) -> tuple[ScopeResolution, str]:
+    """Check the key, then resolve the scope: bad input is an error even when it would refuse."""
+    checked = _key(key)
+    return resolve_scope(context, scope), checked
+
+
+def get(
+    store: Store, context: ExecutionContext | None, scope: str, key: str, default: Any = None
+) -> MemoryRead:
+    """Read ``key`` in ``scope``; see :meth:`Store.memory_get`."""
+    resolution, key = _resolve(context, scope, key)
+    if resolution.refused:
+        return MemoryRead(default, False, scope, "")
+    with store._read() as conn:
+        row = conn.execute(_GET, (scope, resolution.scope_id, key)).fetchone()
+    if row is None:
+        return MemoryRead(default, False, scope, resolution.scope_id)
+    return MemoryRead(json.loads(row[0]), True, scope, resolution.scope_id)
+
+
+def set_(
+    store: Store, context: ExecutionContext | None, scope: str, key: str, value: Any
+) -> MemoryWrite:
+    """Store ``value`` under ``key`` in ``scope``; see :meth:`Store.memory_set`."""
+    text = _encode(value)
+    resolution, key = _resolve(context, scope, key)
+    if resolution.refused:
+        return MemoryWrite(False, scope, "")
+    address = (scope, resolution.scope_id, key)
+    with store._write() as conn:
+        existed = conn.execute(_GET, address).fetchone() is not None
+        conn.execute(_SET, (*address, text))
+    return MemoryWrite(True, scope, resolution.scope_id, existed)
+
+
+def delete(
+    store: Store, context: ExecutionContext | None, scope: str, key: str
+) -> MemoryWrite:
+    """Delete ``key`` in ``scope``; see :meth:`Store.memory_delete`."""
+    resolution, key = _resolve(context, scope, key)
+    if resolution.refused:
+        return MemoryWrite(False, scope, "")
+    with store._write() as conn:
+        removed = conn.execute(_DELETE, (scope, resolution.scope_id, key)).rowcount
+    return MemoryWrite(True, scope, resolution.scope_id, removed > 0)

@@ -1,0 +1,232 @@
+"""Export, import and backup: moving histories between files without losing anything.
+
+The export format is JSON Lines, one message per line, in buffer then position
+order::
+
+    {"scope": ..., "scope_id": ..., "key": ..., "id": ..., "position": ...,
+     "role": ..., "content": ..., "metadata": {...}, "created_at": ...}
+
+Import validates every line before it writes anything, then writes all buffers in
+one transaction through the append path, so an imported history obeys the buffer
+rules exactly as if it had been appended message by message: a user turn that
+follows an unanswered call (a history written by another tool) is healed, and
+duplicates are dropped. Ids, positions and timestamps are kept when given.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .buffer import Buffer, Placement
+from .errors import FlowdropError, InvalidAddress, InvalidImport, InvalidMessage
+from .positions import is_valid_key
+from .rules.incoming import Incoming, normalize
+
+if TYPE_CHECKING:
+    from .store import Store
+
+_EXPORT_ALL = (
+    "SELECT b.scope, b.scope_id, b.key, m.id, m.position, m.role, m.content, m.content_parts, "
+    "m.metadata, m.created_at FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
+    "ORDER BY b.scope, b.scope_id, b.key, m.position"
+)
+_EXPORT_ONE = (
+    "SELECT b.scope, b.scope_id, b.key, m.id, m.position, m.role, m.content, m.content_parts, "
+    "m.metadata, m.created_at FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
+    "WHERE b.scope = ? AND b.scope_id = ? AND b.key = ? ORDER BY m.position"
+)
+_ADDRESS = ("scope", "scope_id", "key")
+
+
+@attrs.frozen
+class ImportReport:
+    """What an import wrote."""
+
+    buffers: int
+    imported: int
+    healed: int
+    dropped: int
+    replaced_buffers: int = 0
+
+
+def export_records(
+    store: Store, address: tuple[str, str, str] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Every message (or one buffer's), as export records, in buffer and position order.
+
+    One read transaction, so the export is a consistent snapshot.
+    """
+    with store._read() as conn:
+        conn.execute("BEGIN")
+        try:
+            rows = conn.execute(_EXPORT_ALL if address is None else _EXPORT_ONE, address or ())
+            for (
+                scope,
+                scope_id,
+                key,
+                id_,
+                position,
+                role,
+                content,
+                parts,
+                metadata,
+                created,
+            ) in rows:
+                yield {
+                    "scope": scope,
+                    "scope_id": scope_id,
+                    "key": key,
+                    "id": id_,
+                    "position": position,
+                    "role": role,
+                    "content": json.loads(content) if parts else content,
+                    "metadata": json.loads(metadata),
+                    "created_at": created,
+                }
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")  # a read-only snapshot: nothing to commit
+
+
+def parse_lines(lines: Iterable[str]) -> list[tuple[int, Mapping[str, Any]]]:
+    """JSON Lines into ``(line number, record)``; blank lines are skipped."""
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise InvalidImport(number, f"not valid JSON: {error}") from None
+        if not isinstance(record, dict):
+            raise InvalidImport(number, "a line must be a JSON object")
+        records.append((number, record))
+    return records
+
+
+@attrs.frozen
+class _Planned:
+    address: tuple[str, str, str]
+    lines: list[int]
+    batch: list[Incoming]
+    placements: list[Placement] | None
+
+
+def _plan(records: Iterable[tuple[int, Mapping[str, Any]]]) -> list[_Planned]:
+    """Validate every record and group them by buffer, before anything is written."""
+    grouped: dict[tuple[str, str, str], list[tuple[int, Mapping[str, Any]]]] = {}
+    seen_ids: set[str] = set()
+    for number, record in records:
+        address = tuple(record.get(part) for part in _ADDRESS)
+        if not all(isinstance(part, str) for part in address) or not (
+            address[0].strip() and address[2].strip()  # type: ignore[union-attr]
+        ):
+            raise InvalidImport(
+                number, "scope, scope_id and key must be strings (scope, key not blank)"
+            )
+        for name in ("id", "position", "created_at"):
+            if name in record and not isinstance(record[name], str):
+                raise InvalidImport(number, f"{name} must be a string")
+        if "id" in record:
+            if len(record["id"]) != 36:
+                raise InvalidImport(number, f"id {record['id']!r} is not a UUID")
+            if record["id"] in seen_ids:
+                raise InvalidImport(number, f"id {record['id']!r} appears twice")
+            seen_ids.add(record["id"])
+        if "position" in record and not is_valid_key(record["position"]):
+            raise InvalidImport(number, f"position {record['position']!r} is not a valid key")
+        grouped.setdefault(address, []).append((number, record))  # type: ignore[arg-type]
+
+    planned = []
+    for address, rows in grouped.items():
+        placed = ["position" in record for _, record in rows]
+        if any(placed) and not all(placed):
+            raise InvalidImport(
+                rows[placed.index(False) if placed[0] else placed.index(True)][0],
+                f"buffer {'/'.join(address)}: give a position on every line or on none",
+            )
+        if all(placed):
+            rows.sort(key=lambda row: row[1]["position"])
+            positions = [record["position"] for _, record in rows]
+            for (number, _), previous, current in zip(
+                rows[1:], positions, positions[1:], strict=False
+            ):
+                if previous == current:
+                    raise InvalidImport(number, f"position {current!r} appears twice")
+        batch = []
+        for number, record in rows:
+            message = {
+                k: v
+                for k, v in record.items()
+                if k not in (*_ADDRESS, "id", "position", "created_at")
+            }
+            try:
+                batch.append(normalize(message, 0))
+            except InvalidMessage as error:
+                raise InvalidImport(number, f"{error.field}: {error.problem}") from None
+        placements = None
+        if all(placed):
+            placements = [
+                Placement(
+                    record.get("id") or _new_id(), record["position"], record.get("created_at")
+                )
+                for _, record in rows
+            ]
+        planned.append(_Planned(address, [number for number, _ in rows], batch, placements))
+    return planned
+
+
+def _new_id() -> str:
+    from .buffer import new_message_id
+
+    return new_message_id()
+
+
+def import_records(
+    store: Store, records: Iterable[tuple[int, Mapping[str, Any]]], *, replace: bool = False
+) -> ImportReport:
+    """Import validated records in one transaction; see the module docstring.
+
+    Raises:
+        InvalidImport: a bad line, or a buffer that already holds messages while
+            ``replace`` is false. Nothing is written.
+    """
+    planned = _plan(records)
+    imported = healed = dropped = replaced = 0
+    with store._write() as conn:
+        for plan in planned:
+            try:
+                buffer = Buffer(store, *plan.address)
+            except InvalidAddress as error:
+                raise InvalidImport(plan.lines[0], str(error)) from None
+            existing = buffer._existing_id(conn)
+            if (
+                existing is not None
+                and conn.execute(
+                    "SELECT message_count FROM buffers WHERE id = ?", (existing,)
+                ).fetchone()[0]
+            ):
+                if not replace:
+                    raise InvalidImport(
+                        plan.lines[0],
+                        f"buffer {'/'.join(plan.address)} already holds messages (use --replace)",
+                    )
+                conn.execute("DELETE FROM tool_calls WHERE buffer_id = ?", (existing,))
+                conn.execute("DELETE FROM messages WHERE buffer_id = ?", (existing,))
+                replaced += 1
+            try:
+                result, _ = buffer._append(conn, plan.batch, plan.placements)
+            except InvalidMessage as error:
+                raise InvalidImport(plan.lines[error.index], error.problem) from None
+            except FlowdropError:
+                raise
+            except Exception as error:  # a constraint, e.g. an id already used elsewhere
+                raise InvalidImport(None, f"buffer {'/'.join(plan.address)}: {error}") from None
+            imported += result.appended
+            healed += len(result.healed_ids)
+            dropped += result.dropped
+    return ImportReport(len(planned), imported, healed, dropped, replaced)

@@ -1,0 +1,85 @@
+"""The buffer an identity scope hands out when it refuses (MEM-7, MEM-14).
+
+A :class:`RefusedBuffer` is a :class:`Buffer` (so every caller keeps its type) with
+no storage behind it: reads are empty, an append validates its messages and then
+drops them, reporting ``count=0, appended=0``. None of its methods executes SQL.
+Its ``store`` is a stand-in that raises on any use, so a ``Buffer`` method added
+later and not overridden here fails closed instead of writing to a shared bucket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn, cast
+
+from .access import refused_storage
+from .buffer import Buffer, _as_batch, _check_limit
+from .model import AppendResult, Message
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from .store import Store
+
+
+class _NoStorage:
+    """Stands in for the store of a refused buffer: every attribute access raises."""
+
+    def __init__(self, scope: str) -> None:
+        self._scope = scope
+
+    def __getattr__(self, name: str) -> NoReturn:
+        refused_storage(self._scope)
+
+
+class RefusedBuffer(Buffer):
+    """An identity-scope buffer whose scope refused: empty, and drops every turn.
+
+    ``scope_id`` is ``""``, the resolved scope id a refusal reports (MEM-7).
+    """
+
+    refused = True
+
+    def __init__(self, scope: str, key: str, *, window: int | None = None) -> None:
+        super().__init__(cast("Store", _NoStorage(scope)), scope, "", key, window=window)
+
+    def __repr__(self) -> str:
+        return f"<RefusedBuffer {self.scope!r} {self.key!r}>"
+
+    def read(self, limit: int | None = None, *, before: str | None = None) -> list[dict[str, Any]]:
+        """Nothing: a refused scope selects no bucket."""
+        if limit is not None:
+            _check_limit(limit)
+        return []
+
+    def messages(self, limit: int | None = None) -> list[Message]:
+        """Nothing: a refused scope selects no bucket."""
+        if limit is not None:
+            _check_limit(limit)
+        return []
+
+    def __len__(self) -> int:
+        return 0
+
+    def clear(self) -> int:
+        """Nothing to clear; returns 0."""
+        return 0
+
+    def append(
+        self, messages: Mapping[str, Any] | Message | Iterable[Mapping[str, Any] | Message]
+    ) -> AppendResult:
+        """Validate the messages like any append, then drop them: ``count=0, appended=0``.
+
+        Raises:
+            InvalidMessage: a message is malformed (bad input is an error, refused or not).
+        """
+        _as_batch(messages)
+        return AppendResult(count=0, appended=0)
+
+    def _existing_id(self, conn: sqlite3.Connection) -> int | None:
+        return None  # no bucket is selected, so none exists
+
+    def _append(self, *args: Any, **kwargs: Any) -> NoReturn:
+        # Whatever the append path's inner signature becomes: only append() may drop
+        # a turn, and nothing reaches storage through a refused buffer.
+        refused_storage(self.scope)

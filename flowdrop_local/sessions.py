@@ -1,0 +1,454 @@
+"""Sessions: a conversation with an owner or nobody, readable by granted viewers.
+
+Storage (schema.sql): ``sessions`` and ``session_viewers``. A session's
+conversation is the buffer ``("session", id, "conversation-<n>")``, in the ordinary
+buffers and messages tables; a reset increments ``n``, so earlier conversations
+stay stored and readable.
+
+Invariants:
+
+* Every method of :class:`Sessions` loads the session and asks
+  :func:`access.decide` under the store's lock, and a write does both inside the
+  ``BEGIN IMMEDIATE`` transaction that acts on them: the decision and the effect
+  see the same row, and a denial rolls back, so nothing of it takes effect. A
+  drive holds the lock from the decision to the commit of the ordinary
+  ``Buffer.append`` (the append path is not duplicated here).
+* Viewing and driving are separate permissions (MEM-9). A drive runs under the
+  context :func:`context_for` builds: the session's owner as ``user_id`` when the
+  owner is a real user, else no user at all, never the caller (MEM-8).
+* Session messages are updated or deleted only by an admin; a message whose
+  session cannot be loaded is denied (MEM-15). A MEM-10 placeholder replacement
+  happens inside an append, so it is part of a drive, not an edit.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import sqlite3
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from .access import (
+    ExecutionContext,
+    Identifier,
+    Principal,
+    SessionFacts,
+    decide,
+    usable_identity,
+)
+from .buffer import Buffer, new_message_id
+from .errors import InvalidContext, InvalidSession, SessionStopped
+from .model import AppendResult, Message
+from .rules.incoming import _content
+
+if TYPE_CHECKING:
+    from .store import Store
+
+_STATUSES: Final = ("active", "stopped")
+_COLUMNS = (
+    "id, workflow_id, name, owner_id, status, conversation, metadata, created_at, updated_at, "
+    "(SELECT json_group_array(user_id) FROM session_viewers WHERE session_id = sessions.id)"
+)
+_LOAD = f"SELECT {_COLUMNS} FROM sessions WHERE id = ?"
+_INSERT = (
+    "INSERT INTO sessions (id, workflow_id, name, owner_id, metadata) VALUES (?, ?, ?, ?, ?)"
+)
+# Candidates only: every row is still judged by access.decide() before it is listed.
+_LIST_ALL = (
+    f"SELECT {_COLUMNS} FROM sessions WHERE ?1 IS NULL OR workflow_id = ?1 "
+    "ORDER BY created_at, id"
+)
+_LIST_FOR = (
+    f"SELECT {_COLUMNS} FROM sessions "
+    "WHERE (owner_id = ?1 OR id IN (SELECT session_id FROM session_viewers WHERE user_id = ?1)) "
+    "AND (?2 IS NULL OR workflow_id = ?2) ORDER BY created_at, id"
+)
+_NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+_SET_STATUS = "UPDATE sessions SET status = ? WHERE id = ?"
+_RESET = "UPDATE sessions SET conversation = conversation + 1 WHERE id = ?"
+# updated_at follows the session's row and its sharing, not its turns.
+_TOUCH = f"UPDATE sessions SET updated_at = {_NOW} WHERE id = ?"
+# Sessions._change() passes the session id last.
+_GRANT = "INSERT OR IGNORE INTO session_viewers (user_id, session_id) VALUES (?, ?)"
+_REVOKE = "DELETE FROM session_viewers WHERE user_id = ? AND session_id = ?"
+_VIEWERS = "SELECT user_id FROM session_viewers WHERE session_id = ? ORDER BY user_id"
+_MESSAGE_HOME = (
+    "SELECT b.scope, b.scope_id FROM messages AS m JOIN buffers AS b ON b.id = m.buffer_id "
+    "WHERE m.id = ?"
+)
+_MESSAGE = (
+    "SELECT id, position, role, content, content_parts, metadata, created_at "
+    "FROM messages WHERE id = ?"
+)
+_UPDATE_MESSAGE = "UPDATE messages SET content = ?, content_parts = ? WHERE id = ?"
+_DELETE_MESSAGE = "DELETE FROM messages WHERE id = ?"
+
+
+def conversation_key(n: int) -> str:
+    """The buffer key of a session's ``n``-th conversation (0 until the first reset)."""
+    return f"conversation-{n}"
+
+
+@attrs.frozen
+class Session:
+    """A session as stored. ``owner_id`` is None when it is owned by nobody."""
+
+    id: str
+    workflow_id: str
+    name: str
+    owner_id: str | None
+    status: str
+    conversation: int
+    conversation_key: str
+    metadata: dict[str, Any]
+    created_at: str
+    updated_at: str
+
+
+@attrs.frozen
+class Turn:
+    """What a drive did: the append report and the context the turn runs under."""
+
+    session: Session
+    context: ExecutionContext
+    result: AppendResult
+
+
+def context_for(session: Session) -> ExecutionContext:
+    """The execution context a turn of ``session`` runs under (MEM-8).
+
+    ``user_id`` is the owner when the owner is a real user, else None, so that an
+    ownerless session's ``user`` scope refuses. The caller's identity is not an
+    argument: it cannot leak in.
+    """
+    return ExecutionContext(
+        user_id=usable_identity(session.owner_id),
+        session_id=session.id,
+        workflow_id=session.workflow_id,
+    )
+
+
+class _Owner(enum.Enum):
+    SELF = "self"
+
+
+SELF: Final = _Owner.SELF
+_SessionList = list[Session]
+_Messages = list[Message]
+_Rows = list[dict[str, Any]]
+_SessionViewers = list[str]
+_Content = str | list[Any]
+
+
+def _text(name: str, value: object, *, blank: bool) -> str:
+    if not isinstance(value, str):
+        raise InvalidSession(f"{name} must be a string, not {type(value).__name__}")
+    if not blank and not value.strip():
+        raise InvalidSession(f"{name} must not be blank")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidSession(f"{name} contains a lone surrogate") from None
+    return value
+
+
+def _user(name: str, value: object) -> str:
+    user = usable_identity(value)
+    if user is None:
+        raise InvalidSession(f"{name} {value!r} is not a usable user identity")
+    return user
+
+
+def _metadata(value: object) -> str:
+    if value is None:
+        return "{}"
+    if not isinstance(value, Mapping):
+        raise InvalidSession(f"metadata must be a JSON object, not {type(value).__name__}")
+    try:
+        text = json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as error:
+        raise InvalidSession(f"metadata must be a JSON object: {error}") from None
+    return text
+
+
+def _row_to_session(row: tuple[Any, ...]) -> tuple[Session, SessionFacts]:
+    sid, workflow_id, name, owner_id, status, n, metadata, created_at, updated_at, viewers = row
+    session = Session(
+        sid, workflow_id, name, owner_id, status, n, conversation_key(n),
+        json.loads(metadata), created_at, updated_at,
+    )
+    return session, SessionFacts(sid, owner_id, frozenset(json.loads(viewers)))
+
+
+class Sessions:
+    """The sessions API, acting as one :class:`Principal` (``store.sessions(principal)``).
+
+    Raises, from every method:
+        AccessDenied: the principal may not do this (``error_code`` says why);
+            nothing took effect.
+        InvalidSession, InvalidMessage: bad input; nothing was written.
+    """
+
+    def __init__(self, store: Store, principal: Principal) -> None:
+        if not isinstance(principal, Principal):
+            raise InvalidContext(f"principal must be a Principal, not {type(principal).__name__}")
+        self.store = store
+        self.principal = principal
+
+    def __repr__(self) -> str:
+        return f"<Sessions of {self.store.path!r} as {self.principal!r}>"
+
+    # ---------------------------------------------------------------- helpers
+
+    @staticmethod
+    def _load(conn: sqlite3.Connection, session_id: str) -> tuple[Session, SessionFacts] | None:
+        row = conn.execute(_LOAD, (session_id,)).fetchone()
+        return None if row is None else _row_to_session(row)
+
+    def _require(
+        self, action: str, loaded: tuple[Session, SessionFacts] | None
+    ) -> Session:
+        """Decide through access.decide(); raise AccessDenied, or return the session."""
+        decide(
+            self.principal, action, None if loaded is None else loaded[1], self.store.access_hooks
+        ).enforce()
+        assert loaded is not None
+        return loaded[0]
+
+    def _allowed(self, action: str, facts: SessionFacts) -> bool:
+        return decide(self.principal, action, facts, self.store.access_hooks).allowed
+
+    def _change(self, session_id: object, action: str, sql: str, *args: object) -> Session:
+        """Decide ``action``, run ``sql`` with ``(*args, session id)``, in one transaction."""
+        sid = _text("session id", session_id, blank=True)
+        with self.store._write() as conn:
+            self._require(action, self._load(conn, sid))
+            conn.execute(sql, (*args, sid))
+            conn.execute(_TOUCH, (sid,))
+            loaded = self._load(conn, sid)
+        assert loaded is not None
+        return loaded[0]
+
+    # ---------------------------------------------------------- create and read
+
+    def create(
+        self,
+        workflow_id: str,
+        *,
+        name: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        owner: Identifier | _Owner | None = SELF,
+    ) -> Session:
+        """Create a session of ``workflow_id``, owned by the principal by default.
+
+        ``owner``: only an admin may name another owner, or ``None`` for a session
+        owned by nobody (which only an admin can then drive).
+
+        Raises:
+            AccessDenied: ``create_denied``: a non-admin creating a session it would
+                not own (an anonymous principal always: it owns nothing).
+        """
+        workflow = _text("workflow id", workflow_id, blank=False)
+        title = _text("name", name, blank=True)
+        meta = _metadata(metadata)
+        owner_id = (
+            self.principal.identity if owner is SELF
+            else None if owner is None
+            else _user("owner", owner)
+        )
+        sid = new_message_id()
+        with self.store._write() as conn:
+            decide(
+                self.principal, "create", SessionFacts(sid, owner_id), self.store.access_hooks
+            ).enforce()
+            conn.execute(_INSERT, (sid, workflow, title, owner_id, meta))
+            loaded = self._load(conn, sid)
+        assert loaded is not None
+        return loaded[0]
+
+    def get(self, session_id: str) -> Session:
+        """The session, if the principal may view it."""
+        sid = _text("session id", session_id, blank=True)
+        with self.store._read() as conn:
+            return self._require("view", self._load(conn, sid))
+
+    def list(self, *, workflow_id: str | None = None) -> _SessionList:
+        """The sessions the principal may view, oldest first (all of them for an admin).
+
+        An anonymous non-admin principal sees none: it owns nothing and no grant
+        names it.
+        """
+        if workflow_id is not None:
+            workflow_id = _text("workflow id", workflow_id, blank=False)
+        me = self.principal.identity
+        with self.store._read() as conn:
+            if self.principal.admin:
+                rows = conn.execute(_LIST_ALL, (workflow_id,)).fetchall()
+            elif me is None:
+                rows = []
+            else:
+                rows = conn.execute(_LIST_FOR, (me, workflow_id)).fetchall()
+        loaded = [_row_to_session(row) for row in rows]
+        return [session for session, facts in loaded if self._allowed("view", facts)]
+
+    def read(
+        self, session_id: str, limit: int | None = None, *, conversation: int | None = None
+    ) -> _Rows:
+        """The session's conversation as ``Buffer.read`` gives it, if the principal may view it.
+
+        ``conversation``: an earlier conversation (0 is the first); default the current one.
+        """
+        with self.store._read():
+            buffer = self._conversation(session_id, conversation)
+            return buffer.read(limit)
+
+    def messages(
+        self, session_id: str, limit: int | None = None, *, conversation: int | None = None
+    ) -> _Messages:
+        """The session's conversation as :class:`Message` records, if the principal may view it."""
+        with self.store._read():
+            buffer = self._conversation(session_id, conversation)
+            return buffer.messages(limit)
+
+    def _conversation(self, session_id: object, conversation: int | None) -> Buffer:
+        sid = _text("session id", session_id, blank=True)
+        if conversation is not None and (
+            not isinstance(conversation, int) or isinstance(conversation, bool) or conversation < 0
+        ):
+            raise InvalidSession(
+                f"conversation must be a non-negative integer, not {conversation!r}"
+            )
+        with self.store._read() as conn:
+            session = self._require("view", self._load(conn, sid))
+        n = session.conversation if conversation is None else conversation
+        if n > session.conversation:
+            raise InvalidSession(
+                f"session {sid} has conversations 0 to {session.conversation}, not {n}"
+            )
+        return self.store.buffer_for(
+            ExecutionContext(session_id=sid, workflow_id=session.workflow_id),
+            "session",
+            conversation_key(n),
+        )
+
+    # ----------------------------------------------------------------- driving
+
+    def drive(
+        self,
+        session_id: str,
+        messages: Mapping[str, Any] | Message | Iterable[Mapping[str, Any] | Message],
+    ) -> Turn:
+        """Send a turn: append ``messages`` to the current conversation (owner or admin).
+
+        The append is the ordinary public one (healing, deduplication, MEM-10
+        replacement), made while the store's lock still holds the decision.
+
+        Returns:
+            A :class:`Turn`: its ``context`` carries the owner, never the caller (MEM-8).
+
+        Raises:
+            AccessDenied: ``drive_denied`` for a viewer, a stranger or anyone anonymous.
+            SessionStopped: the session is stopped; nothing was appended.
+        """
+        sid = _text("session id", session_id, blank=True)
+        # The store's lock is held from the decision to the commit of the append, so
+        # no other thread of this process can stop the session in between. (Another
+        # process can: its stop then takes effect from the next turn.)
+        with self.store._read() as conn:
+            session = self._require("drive", self._load(conn, sid))
+            if session.status != "active":
+                raise SessionStopped(f"session {sid} is {session.status}; resume it first")
+            context = context_for(session)
+            buffer = self.store.buffer_for(context, "session", session.conversation_key)
+            result = buffer.append(messages)
+        return Turn(session, context, result)
+
+    def context(self, session_id: str) -> ExecutionContext:
+        """The context a turn of this session runs under (drive permission: it spends
+        the owner's memory)."""
+        sid = _text("session id", session_id, blank=True)
+        with self.store._read() as conn:
+            return context_for(self._require("drive", self._load(conn, sid)))
+
+    def stop(self, session_id: str) -> Session:
+        """Stop the session: no turn is accepted until :meth:`resume` (owner or admin)."""
+        return self._change(session_id, "drive", _SET_STATUS, "stopped")
+
+    def resume(self, session_id: str) -> Session:
+        """Accept turns again (owner or admin)."""
+        return self._change(session_id, "drive", _SET_STATUS, "active")
+
+    def reset(self, session_id: str) -> Session:
+        """Start a fresh conversation; the old one stays stored (owner or admin)."""
+        return self._change(session_id, "drive", _RESET)
+
+    # ------------------------------------------------------------------ sharing
+
+    def grant(self, session_id: str, user_id: Identifier) -> None:
+        """Let ``user_id`` read the session, not drive it (owner or admin)."""
+        user = _user("viewer", user_id)
+        self._change(session_id, "grant", _GRANT, user)
+
+    def revoke(self, session_id: str, user_id: Identifier) -> None:
+        """Withdraw a view grant; no error if there was none (owner or admin)."""
+        user = _user("viewer", user_id)
+        self._change(session_id, "grant", _REVOKE, user)
+
+    def viewers(self, session_id: str) -> _SessionViewers:
+        """The users granted view access (owner or admin)."""
+        sid = _text("session id", session_id, blank=True)
+        with self.store._read() as conn:
+            self._require("grant", self._load(conn, sid))
+            return [row[0] for row in conn.execute(_VIEWERS, (sid,))]
+
+    # ---------------------------------------------------- the administrative tier
+
+    def _message_session(
+        self, conn: sqlite3.Connection, message_id: str
+    ) -> tuple[Session, SessionFacts] | None:
+        """The session a message belongs to, or None when it cannot be loaded."""
+        home = conn.execute(_MESSAGE_HOME, (message_id,)).fetchone()
+        if home is None or home[0] != "session":
+            return None
+        return self._load(conn, home[1])
+
+    def update_message(self, message_id: str, content: _Content) -> Message:
+        """Replace a session message's content (admin only, MEM-15).
+
+        Its place, role and metadata stay: tool pairing is not edited here.
+
+        Raises:
+            AccessDenied: ``edit_denied`` for anyone but an admin;
+                ``session_unavailable`` when the message's session cannot be loaded.
+        """
+        mid = _text("message id", message_id, blank=True)
+        text, parts = _content(content, 0)
+        with self.store._write() as conn:
+            self._require("edit", self._message_session(conn, mid))
+            conn.execute(_UPDATE_MESSAGE, (text, parts, mid))
+            row = conn.execute(_MESSAGE, (mid,)).fetchone()
+        id_, position, role, stored, stored_parts, metadata, created_at = row
+        return Message(
+            id_, position, role, json.loads(stored) if stored_parts else stored,
+            json.loads(metadata), created_at,
+        )
+
+    def delete_message(self, message_id: str) -> None:
+        """Delete a session message (admin only, MEM-15).
+
+        The ledger follows through its foreign keys: a deleted result leaves its
+        call unanswered (the next user turn heals it), a deleted call goes with it.
+
+        Raises:
+            AccessDenied: ``delete_denied`` for anyone but an admin;
+                ``session_unavailable`` when the message's session cannot be loaded.
+        """
+        mid = _text("message id", message_id, blank=True)
+        with self.store._write() as conn:
+            self._require("delete", self._message_session(conn, mid))
+            conn.execute(_DELETE_MESSAGE, (mid,))
+

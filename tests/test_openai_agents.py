@@ -1,0 +1,326 @@
+"""The OpenAI Agents SDK session, against the real SDK, offline.
+
+Model calls go to the SDK's own scripted test model (``agents.testing.ScriptedModel``),
+which records the input of every call, so the tests read what a provider would
+have been sent. Where the protocol leaves room, the session is compared with the
+SDK's ``SQLiteSession`` side by side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+agents = pytest.importorskip("agents")
+
+from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled  # noqa: E402
+from agents.memory import Session as SessionProtocol  # noqa: E402
+from agents.memory import SessionSettings  # noqa: E402
+from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
+
+from flowdrop_local import (  # noqa: E402
+    PLACEHOLDER_CONTENT,
+    InvalidAddress,
+    Store,
+    StoreClosed,
+    validate_anthropic,
+    validate_openai_chat,
+    validate_openai_responses,
+)
+from flowdrop_local.integrations.openai_agents import Session  # noqa: E402
+
+set_tracing_disabled(True)
+README = Path(__file__).parent.parent / "README.md"
+
+USER = {"role": "user", "content": "delete a.txt"}
+CALL = {
+    "type": "function_call",
+    "id": "fc_1",
+    "call_id": "call_1",
+    "name": "delete_file",
+    "arguments": '{"path":"a.txt"}',
+}
+OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "deleted a.txt"}
+ITEMS: list[dict[str, Any]] = [
+    {"role": "developer", "content": "Be careful."},
+    USER,
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "ok"}]},
+    CALL,
+    OUTPUT,
+    {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "Done.", "annotations": [], "logprobs": []}],
+    },
+    {"role": "user", "content": [{"type": "input_text", "text": "thanks"}]},
+]
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+@pytest.fixture
+def session(db_path: Path) -> Any:
+    s = Session("conv-1", db_path)
+    yield s
+    s.close()
+
+
+# ---------------------------------------------------------------- README
+
+
+def test_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's "Use with the OpenAI Agents SDK" code runs as written, against a temp file."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("### Use with the OpenAI Agents SDK") :]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match is not None
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {}
+    exec(compile(match.group(1), "README.md", "exec"), namespace)
+    assert (tmp_path / "chat.db").exists()
+    validate_anthropic(namespace["payload"])
+    with Store(tmp_path / "chat.db") as store:
+        assert len(store.buffer("session", "conversation-42", "openai-agents")) == 4
+
+
+# -------------------------------------------------------------- the protocol
+
+
+def test_implements_the_sdk_protocol(session: Session) -> None:
+    """The SDK's runtime-checkable Session protocol recognises it; settings default as SQLiteSession's."""
+    assert isinstance(session, SessionProtocol)
+    assert session.session_settings == SessionSettings()
+    assert session.session_id == "conv-1"
+
+
+def test_items_round_trip_exactly(session: Session) -> None:
+    """Every item kind comes back as it was added, in order (developer, reasoning and fc_ ids included)."""
+    run(session.add_items(ITEMS))
+    assert run(session.get_items()) == ITEMS
+    assert [m["role"] for m in session.buffer.read()] == [
+        "system",
+        "user",
+        "assistant",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+    ]
+
+
+def test_call_id_pairs_not_the_item_id(session: Session) -> None:
+    """A function_call's call id is call_id: its output answers it, so a user item heals nothing."""
+    run(session.add_items([USER, CALL, OUTPUT]))
+    stored = session.buffer.read()
+    assert stored[1]["metadata"]["tool_calls"][0]["tool_call_id"] == "call_1"
+    result = session.buffer.append({"role": "user", "content": "next"})
+    assert result.healed_ids == ()
+    # An output naming the item id answers nothing: the call is still call_1's.
+    run(session.add_items([{"type": "function_call_output", "call_id": "fc_1", "output": "x"}]))
+    validate_openai_responses(session.buffer.to_openai_responses())
+    assert [i.get("call_id") for i in session.buffer.to_openai_responses()][1:3] == [
+        "call_1",
+        "call_1",
+    ]
+
+
+def test_repeated_items_are_dropped_by_the_buffer_rules(session: Session) -> None:
+    """MEM-2 drops a function_call stored again, MEM-1 a second output for its call."""
+    run(session.add_items([USER, CALL, OUTPUT]))
+    run(session.add_items([CALL, {**OUTPUT, "output": "again"}]))
+    assert run(session.get_items()) == [USER, CALL, OUTPUT]
+
+
+@pytest.mark.parametrize("bad_id", ["", "  ", "0", "-3"])
+def test_an_unusable_session_id_is_refused(db_path: Path, bad_id: str) -> None:
+    """A session buffer needs a real identity (MEM-6, MEM-13); SQLiteSession would store these."""
+    with pytest.raises(InvalidAddress):
+        Session(bad_id, db_path)
+    sqlite = SQLiteSession(bad_id)
+    run(sqlite.add_items([USER]))
+    assert run(sqlite.get_items()) == [USER]
+    sqlite.close()
+
+
+# ------------------------------------------------- like SQLiteSession does it
+
+
+@pytest.mark.parametrize("limit", [None, 0, 1, 3, 7, 100, -1])
+@pytest.mark.parametrize("settings_limit", [None, 2, 0])
+def test_limits_read_as_sqlite_session_reads_them(
+    db_path: Path, limit: int | None, settings_limit: int | None
+) -> None:
+    """get_items(limit) gives what SQLiteSession gives: last N in order, 0 none, negative all."""
+    settings = {"limit": settings_limit}
+    ours = Session("conv-1", db_path, session_settings=settings)
+    theirs = SQLiteSession("conv-1", session_settings=settings)
+    try:
+        for s in (ours, theirs):
+            run(s.add_items(ITEMS))
+        assert run(ours.get_items(limit)) == run(theirs.get_items(limit))
+        assert ours.session_settings == theirs.session_settings
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_pop_item_and_clear_as_sqlite_session(session: Session) -> None:
+    """pop_item returns the latest item (None when empty); clear_session empties."""
+    theirs = SQLiteSession("conv-1")
+    try:
+        for s in (session, theirs):
+            run(s.add_items(ITEMS))
+        for _ in range(3):
+            assert run(session.pop_item()) == run(theirs.pop_item())
+        assert run(session.get_items()) == run(theirs.get_items())
+        for s in (session, theirs):
+            run(s.clear_session())
+            assert run(s.get_items()) == []
+            assert run(s.pop_item()) is None
+    finally:
+        theirs.close()
+
+
+def test_popping_a_result_unanswers_its_call(session: Session) -> None:
+    """The ledger follows a pop: the next user item heals the call again."""
+    run(session.add_items([USER, CALL, OUTPUT]))
+    assert run(session.pop_item()) == OUTPUT
+    run(session.add_items([{"role": "user", "content": "hm?"}]))
+    items = run(session.get_items())
+    assert items[2] == {
+        "type": "function_call_output",
+        "call_id": "call_1",
+        "output": PLACEHOLDER_CONTENT,
+    }
+
+
+def test_several_sessions_share_one_file(db_path: Path) -> None:
+    """Sessions are isolated by id, in one file or one shared Store; clearing one leaves the other."""
+    a, b = Session("a", db_path), Session("b", db_path)
+    with Store(db_path) as store:
+        c = Session("c", store)
+        run(a.add_items([USER]))
+        run(b.add_items([OUTPUT | {"call_id": "other"}, USER]))
+        run(c.add_items([CALL]))
+        run(a.clear_session())
+        assert run(a.get_items()) == []
+        assert run(b.get_items())[-1] == USER
+        assert run(c.get_items()) == [CALL]
+        c.close()
+        assert len(store.buffer("session", "b", "openai-agents")) == 2  # shared store left open
+    a.close()
+    b.close()
+
+
+def test_closed_session_refuses_everything(session: Session) -> None:
+    """After close(), every call raises StoreClosed (a RuntimeError, as SQLiteSession's error), empty input too."""
+    session.close()
+    session.close()  # idempotent
+    for call in (
+        session.get_items(),
+        session.add_items([]),
+        session.pop_item(),
+        session.clear_session(),
+    ):
+        with pytest.raises(StoreClosed):
+            run(call)
+        assert issubclass(StoreClosed, RuntimeError)
+
+
+# --------------------------------------------------- approval, healing, MEM-10
+
+
+@function_tool(needs_approval=True)
+def delete_file(path: str) -> str:
+    """Delete a file (needs a human's approval)."""
+    return f"deleted {path}"
+
+
+def responses_pairs_adjacent(items: list[dict[str, Any]], call_id: str) -> bool:
+    kinds = [(i.get("type"), i.get("call_id")) for i in items]
+    at = kinds.index(("function_call", call_id))
+    return kinds[at + 1] == ("function_call_output", call_id)
+
+
+def test_unapproved_call_is_healed_then_replaced_by_the_approved_output(session: Session) -> None:
+    """An approval left pending dangles; later runs send valid input; approving later replaces the placeholder.
+
+    Run 2 (the user moves on) reads history before its user item is stored: the
+    SDK leaves the dangling call out. From run 3 on, the call and its placeholder
+    stand side by side. Resuming run 1 with the approval stores the real output
+    in the placeholder's place: one output for call_1, the real one.
+    """
+    model = ScriptedModel(
+        [
+            [function_call("delete_file", {"path": "a.txt"}, call_id="call_1", item_id="fc_1")],
+            [assistant_message("Fine, I won't.")],
+            [assistant_message("Sure.")],
+            [assistant_message("Deleted after all.")],
+        ]
+    )
+    agent = Agent(name="files", model=model, tools=[delete_file])
+    first = run(Runner.run(agent, "delete a.txt", session=session))
+    assert [i.raw_item.call_id for i in first.interruptions] == ["call_1"]  # type: ignore[union-attr]
+
+    run(Runner.run(agent, "never mind", session=session))
+    second_input = model.last_call.input
+    validate_openai_responses(second_input)
+    assert all(i.get("type") != "function_call" for i in second_input)
+
+    run(Runner.run(agent, "something else", session=session))
+    third_input = model.last_call.input
+    validate_openai_responses(third_input)
+    assert responses_pairs_adjacent(third_input, "call_1")
+    assert third_input[2]["output"] == PLACEHOLDER_CONTENT
+
+    state = first.to_state()
+    state.approve(first.interruptions[0])
+    resumed = run(Runner.run(agent, state, session=session))
+    assert resumed.final_output == "Deleted after all."
+    validate_openai_responses(model.last_call.input)
+
+    items = run(session.get_items())
+    outputs = [i for i in items if i.get("type") == "function_call_output"]
+    assert outputs == [
+        {"call_id": "call_1", "output": "deleted a.txt", "type": "function_call_output"}
+    ]
+    assert responses_pairs_adjacent(items, "call_1")
+    assert [m["metadata"].get("healed") for m in session.buffer.read()].count(True) == 0
+    for export, validate in (
+        (session.buffer.to_openai_chat, validate_openai_chat),
+        (session.buffer.to_openai_responses, validate_openai_responses),
+        (session.buffer.to_anthropic, validate_anthropic),
+    ):
+        validate(export())
+    model.assert_complete()
+
+
+def test_sqlite_session_leaves_the_output_far_from_its_call() -> None:
+    """Peer behaviour: SQLiteSession appends the approved output at the end, after later turns."""
+    model = ScriptedModel(
+        [
+            [function_call("delete_file", {"path": "a.txt"}, call_id="call_1", item_id="fc_1")],
+            [assistant_message("Fine.")],
+            [assistant_message("Deleted.")],
+        ]
+    )
+    agent = Agent(name="files", model=model, tools=[delete_file])
+    sqlite = SQLiteSession("peer")
+    try:
+        first = run(Runner.run(agent, "delete a.txt", session=sqlite))
+        run(Runner.run(agent, "never mind", session=sqlite))
+        state = first.to_state()
+        state.approve(first.interruptions[0])
+        run(Runner.run(agent, state, session=sqlite))
+        items = run(sqlite.get_items())
+        assert not responses_pairs_adjacent(items, "call_1")
+    finally:
+        sqlite.close()

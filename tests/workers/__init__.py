@@ -1,0 +1,1 @@
+"""Programs the reliability tests run as real child processes."""
