@@ -116,6 +116,8 @@ class System(ABC):
     """How the tables name the library."""
     supports: ClassVar[frozenset[str]] = frozenset({APPEND, READ, COLD, IMPORT})
     """The workloads it has an equivalent for."""
+    measured_always: ClassVar[bool] = False
+    """Never skipped for time (flowdrop_local and its floor): at least the minimum rounds."""
     durabilities: ClassVar[tuple[str, ...]] = ("normal", "full")
     """The settings it can run with; a peer has one, its default, named by the floor it meets."""
 

@@ -120,7 +120,8 @@ def import_healed(buffer: Buffer, calls: int) -> str:
     batch = [_text(0), declaring_turn(ids), *placeholders, {"role": "user", "content": "next"}]
     buffer.append(batch)
     stored = [m.tool_call_id for m in buffer.messages() if m.role == "tool"]
-    kept = "kept" if stored == ids else "NOT kept (first stored: " + ", ".join(stored[:3]) + ")"
+    first = ", ".join(str(c) for c in stored[:3])
+    kept = "kept" if stored == ids else f"NOT kept (first stored: {first})"
     return f"declaration order of the placeholders {kept}"
 
 

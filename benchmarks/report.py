@@ -133,9 +133,8 @@ def _headline(cells: list[Cell], index: dict[tuple[str, int, str], Cell]) -> lis
     small, large = sizes[0], sizes[-1]
     growth = [f"append cost {small:,} -> {s:,}" for s in sizes[1:]]
     lines = [
-        f"| | append one message ({small:,}) | x raw | read last 50 of {large:,} | x raw | "
-        + " | ".join(growth)
-        + " |",
+        f"| | append one message ({small:,}) | x raw | read last 50 of {large:,} | x raw |"
+        + "".join(f" {g} |" for g in growth),
         "|---|---:|---:|---:|---:|" + "---:|" * len(growth),
     ]
     systems = {c.system: c.name for c in cells}
@@ -250,6 +249,7 @@ def render(
     args: argparse.Namespace,
     command: str,
     elapsed: float,
+    machine_lines: list[str],
 ) -> str:
     """The whole report, without the position-key section."""
     index = _index(cells)
@@ -258,12 +258,13 @@ def render(
         "# Benchmark results",
         "",
         f"- Date: {now}; the run took {elapsed / 60:.1f} min",
-        *machine(),
+        *machine_lines,
         f"- Command: `{command}` (from the repository root, after `pip install -e '.[bench]'`)",
         f"- Rounds: up to {args.rounds} per cell ({args.import_rounds} for the import), "
         f"interleaved and shuffled per round (seed {args.seed}); one untimed warm-up each; "
         f"a system gets at most {args.budget:g} s per cell, so slow ones run fewer rounds "
-        "(column n) or are skipped",
+        "(column n); a peer that cannot do 3 rounds in that time is skipped, flowdrop_local "
+        "and raw sqlite3 always do at least 3",
         "- Times are per operation, warm page cache; `x raw` is the median over raw sqlite3's "
         "median at the same synchronous setting (peers run at their default, FULL). "
         "p95 is the nearest-rank 95th percentile. Peak memory is what tracemalloc sees during "

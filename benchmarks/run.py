@@ -5,8 +5,10 @@ fastest legitimate path (one batch call, untimed). Then each workload runs
 interleaved: in round r every system does one timed operation, in a freshly
 shuffled order, so machine noise (other work on the two cores) hits all systems
 alike. One untimed warm-up operation per system comes first; it also sizes the
-time budget: a system whose operation is so slow that ``--budget`` seconds hold
-fewer than ``MIN_ROUNDS`` of them is skipped for that cell, and says so.
+time budget: a system runs at most as many rounds as ``--budget`` seconds hold,
+and a peer library whose operation is so slow that they hold fewer than
+``MIN_ROUNDS`` is skipped for that cell, and says so. flowdrop_local and raw
+sqlite3 always run at least ``MIN_ROUNDS``.
 
 Appends grow the buffers as rounds go by (one message a round, k + 2 for a
 healing round); the sizes are the lengths before the first round.
@@ -144,7 +146,7 @@ def run_cell(
     budget_ns = args.budget * 1e9
     planned: dict[str, int] = {}
     skipped: dict[str, str] = {}
-    for key, (_system, op) in ops.items():
+    for key, (system, op) in ops.items():
         gc.collect()
         started = time.perf_counter_ns()
         try:
@@ -155,6 +157,8 @@ def run_cell(
             continue
         wall = max(1, time.perf_counter_ns() - started)
         n = min(rounds, int(budget_ns // wall))
+        if system.measured_always:
+            n = max(n, min(rounds, MIN_ROUNDS))
         if n < MIN_ROUNDS:
             skipped[key] = (
                 f"one operation took {fmt_ns(wall)}; {MIN_ROUNDS} rounds would exceed "
@@ -284,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, why in missing.items():
         print(f"skipping {name}: {why}", file=sys.stderr)
     rng = random.Random(args.seed)
+    machine_lines = report.machine()  # before the run: the sources may change meanwhile
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="flowdrop-bench-", dir=args.workdir) as tmp:
         workdir = Path(tmp)
@@ -300,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         args=args,
         command=command,
         elapsed=elapsed,
+        machine_lines=machine_lines,
     )
     print("\n" + text)
     if args.out:

@@ -15,15 +15,19 @@ from .access import (
     usable_identity,
 )
 from .buffer import Buffer
+from .check import Violation
 from .errors import (
+    BackupTargetExists,
     FlowdropError,
     InvalidAddress,
     InvalidContext,
+    InvalidImport,
     InvalidMessage,
     InvalidPayload,
     InvalidPositionKey,
     InvalidSession,
     InvalidValue,
+    MessageNotFound,
     NotADatabase,
     NotAFlowdropDatabase,
     ReadOnlyStore,
@@ -33,6 +37,7 @@ from .errors import (
 )
 from .memory import MemoryRead, MemoryWrite
 from .model import AppendResult, BufferRef, Message, ToolCall
+from .portability import ImportReport
 from .positions import key_between, keys_between
 from .providers import (
     from_anthropic,
@@ -59,12 +64,15 @@ __all__ = [
     "AccessDenied",
     "AccessRequest",
     "AppendResult",
+    "BackupTargetExists",
     "Buffer",
     "BufferRef",
     "ExecutionContext",
     "FlowdropError",
+    "ImportReport",
     "InvalidAddress",
     "InvalidContext",
+    "InvalidImport",
     "InvalidMessage",
     "InvalidPayload",
     "InvalidPositionKey",
@@ -73,6 +81,7 @@ __all__ = [
     "MemoryRead",
     "MemoryWrite",
     "Message",
+    "MessageNotFound",
     "NotADatabase",
     "NotAFlowdropDatabase",
     "Principal",
@@ -87,6 +96,7 @@ __all__ = [
     "StoreClosed",
     "ToolCall",
     "Turn",
+    "Violation",
     "assemble",
     "call_id_of",
     "from_anthropic",

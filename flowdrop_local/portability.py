@@ -94,7 +94,7 @@ def export_records(
 
 def parse_lines(lines: Iterable[str]) -> list[tuple[int, Mapping[str, Any]]]:
     """JSON Lines into ``(line number, record)``; blank lines are skipped."""
-    records = []
+    records: list[tuple[int, Mapping[str, Any]]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

@@ -128,25 +128,29 @@ class Store:
         _LIVE_STORES.add(self)
 
     def _connect(self) -> sqlite3.Connection:
-        options: dict[str, Any] = {
-            "isolation_level": None,
-            "check_same_thread": False,
-            "timeout": self.lock_warning_after,
-        }
+        def connect(target: str, uri: bool = False) -> sqlite3.Connection:
+            return sqlite3.connect(
+                target,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self.lock_warning_after,
+                uri=uri,
+            )
+
         if not self.read_only:
             try:
-                return sqlite3.connect(self.path, **options)
+                return connect(self.path)
             except sqlite3.Error as error:
                 raise NotADatabase(f"cannot open {self.path}: {error}") from None
         if not os.path.exists(self.path):
             raise ReadOnlyStore(f"{self.path} does not exist; a read-only store cannot create it")
         uri = "file:" + urllib.parse.quote(os.path.abspath(self.path))
         try:
-            return sqlite3.connect(uri + "?mode=ro", uri=True, **options)
+            return connect(uri + "?mode=ro", uri=True)
         except sqlite3.OperationalError:
             # A WAL file in a read-only folder: no -shm can be made. Read it as a
             # snapshot that no one is writing.
-            return sqlite3.connect(uri + "?immutable=1", uri=True, **options)
+            return connect(uri + "?immutable=1", uri=True)
 
     def _configure(self, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA foreign_keys = ON")

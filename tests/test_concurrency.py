@@ -19,7 +19,9 @@ from flowdrop_local import Store, StoreClosed
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def assert_every_call_healed_once(history: list[dict[str, Any]], tags: list[str], steps: int) -> None:
+def assert_every_call_healed_once(
+    history: list[dict[str, Any]], tags: list[str], steps: int
+) -> None:
     calls = [c["id"] for m in history for c in m["metadata"].get("tool_calls", [])]
     results = [m["metadata"]["tool_call_id"] for m in history if m["role"] == "tool"]
     users = [m["content"] for m in history if m["role"] == "user"]
@@ -32,7 +34,7 @@ def assert_every_call_healed_once(history: list[dict[str, Any]], tags: list[str]
 
 @pytest.mark.timeout(300)
 def test_processes_appending_to_one_buffer_lose_nothing(tmp_path: Path) -> None:
-    """4 processes x 150 (call, user) appends on one buffer: all 1,800 messages, each call healed once."""
+    """4 processes x 150 (call, user) appends to one buffer: 1,800 messages, all healed once."""
     db = tmp_path / "shared.db"
     Store(db).close()
     tags, steps = [f"p{i}" for i in range(4)], 150
@@ -64,7 +66,9 @@ def test_threads_sharing_one_store_lose_nothing(tmp_path: Path, path: str) -> No
             try:
                 for i in range(steps):
                     buffer.append({"role": "assistant", "tool_calls": [{"id": f"{tag}-{i}"}]})
-                    store.buffer("session", "shared", "chat").append({"role": "user", "content": f"{tag}-{i}"})
+                    store.buffer("session", "shared", "chat").append(
+                        {"role": "user", "content": f"{tag}-{i}"}
+                    )
             except BaseException as error:  # pragma: no cover - reported below
                 errors.append(error)
 
@@ -101,7 +105,9 @@ def test_threads_with_their_own_stores_lose_nothing(tmp_path: Path) -> None:
         assert_every_call_healed_once(store.buffer("session", "shared", "chat").read(), tags, steps)
 
 
-def test_a_long_wait_warns_then_the_append_lands(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_long_wait_warns_then_the_append_lands(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Held out past lock_warning_after, an append logs one warning, keeps waiting, and commits."""
     db = str(tmp_path / "wait.db")
     with Store(db, lock_warning_after=0.1) as store:
@@ -130,7 +136,7 @@ def test_a_long_wait_warns_then_the_append_lands(tmp_path: Path, caplog: pytest.
 def test_an_interrupted_append_rolls_back_and_releases_the_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interrupt: type[BaseException]
 ) -> None:
-    """An exception half way through a batch (KeyboardInterrupt too) writes nothing and frees the lock."""
+    """An exception mid-batch (KeyboardInterrupt too) writes nothing and frees the lock."""
     db = str(tmp_path / "int.db")
     with Store(db) as store:
         buffer = store.buffer("s", "", "k")
@@ -147,18 +153,24 @@ def test_an_interrupted_append_rolls_back_and_releases_the_lock(
 
         monkeypatch.setattr(flowdrop_local.buffer, "key_between", failing)
         with pytest.raises(interrupt):
-            buffer.append([{"role": "user", "content": "heals c1"}, {"role": "assistant", "content": "x"}])
+            buffer.append(
+                [{"role": "user", "content": "heals c1"}, {"role": "assistant", "content": "x"}]
+            )
         monkeypatch.undo()
         assert not store._connection().in_transaction
         other = sqlite3.connect(db, isolation_level=None, timeout=0)
         other.execute("BEGIN IMMEDIATE")  # the write lock is free at once
         other.execute("ROLLBACK")
         assert [m["role"] for m in buffer.read()] == ["assistant"]
-        assert buffer.append({"role": "user", "content": "again"}).healed_ids  # and the cache is right
+        assert buffer.append(
+            {"role": "user", "content": "again"}
+        ).healed_ids  # and the cache is right
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_a_thread_dying_mid_append_leaves_no_transaction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_thread_dying_mid_append_leaves_no_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A thread killed by an exception inside append leaves the store usable by the others."""
     db = str(tmp_path / "die.db")
     with Store(db) as store:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import sqlite3
 from pathlib import Path
 
@@ -25,7 +26,9 @@ def _files(folder: Path) -> dict[str, bytes]:
 def _flowdrop_file(path: Path, messages: int = 200) -> None:
     with Store(path) as store:
         buffer = store.buffer("session", "s", "chat")
-        buffer.append([{"role": "user", "content": f"message {i} " + "x" * 300} for i in range(messages)])
+        buffer.append(
+            [{"role": "user", "content": f"message {i} " + "x" * 300} for i in range(messages)]
+        )
         store.vacuum()
 
 
@@ -89,9 +92,10 @@ def test_corrupt_pages_are_reported_by_reads_and_by_check(tmp_path: Path) -> Non
     path = tmp_path / "x.db"
     _flowdrop_file(path)
     size = path.stat().st_size
-    with path.open("r+b") as f:
-        f.seek(size // 2)
-        f.write(os.urandom(8192))
+    garbage = random.Random(7).randbytes(size)
+    with path.open("r+b") as f:  # data pages, from 60% of the file to 90%, past the schema
+        f.seek(size * 6 // 10)
+        f.write(garbage[size * 6 // 10 : size * 9 // 10])
     with Store(path) as store:
         with pytest.raises(NotADatabase, match="corrupt"):
             store.buffer("session", "s", "chat").read()

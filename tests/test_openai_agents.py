@@ -95,14 +95,14 @@ def test_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_implements_the_sdk_protocol(session: Session) -> None:
-    """The SDK's runtime-checkable Session protocol recognises it; settings default as SQLiteSession's."""
+    """The SDK's Session protocol recognises it; settings default as SQLiteSession's."""
     assert isinstance(session, SessionProtocol)
     assert session.session_settings == SessionSettings()
     assert session.session_id == "conv-1"
 
 
 def test_items_round_trip_exactly(session: Session) -> None:
-    """Every item kind comes back as it was added, in order (developer, reasoning and fc_ ids included)."""
+    """Every item kind comes back as added, in order (developer, reasoning, fc_ ids)."""
     run(session.add_items(ITEMS))
     assert run(session.get_items()) == ITEMS
     assert [m["role"] for m in session.buffer.read()] == [
@@ -203,7 +203,7 @@ def test_popping_a_result_unanswers_its_call(session: Session) -> None:
 
 
 def test_several_sessions_share_one_file(db_path: Path) -> None:
-    """Sessions are isolated by id, in one file or one shared Store; clearing one leaves the other."""
+    """Sessions are isolated by id, in one file or one Store; clearing one leaves others."""
     a, b = Session("a", db_path), Session("b", db_path)
     with Store(db_path) as store:
         c = Session("c", store)
@@ -221,7 +221,7 @@ def test_several_sessions_share_one_file(db_path: Path) -> None:
 
 
 def test_closed_session_refuses_everything(session: Session) -> None:
-    """After close(), every call raises StoreClosed (a RuntimeError, as SQLiteSession's error), empty input too."""
+    """After close() every call raises StoreClosed (a RuntimeError), empty input too."""
     session.close()
     session.close()  # idempotent
     for call in (
@@ -251,7 +251,7 @@ def responses_pairs_adjacent(items: list[dict[str, Any]], call_id: str) -> bool:
 
 
 def test_unapproved_call_is_healed_then_replaced_by_the_approved_output(session: Session) -> None:
-    """An approval left pending dangles; later runs send valid input; approving later replaces the placeholder.
+    """A pending approval dangles, later runs send valid input, approval replaces the placeholder.
 
     Run 2 (the user moves on) reads history before its user item is stored: the
     SDK leaves the dangling call out. From run 3 on, the call and its placeholder

@@ -136,7 +136,7 @@ def test_to_openai_responses(buffer: Buffer) -> None:
 
 
 def test_to_anthropic(buffer: Buffer) -> None:
-    """Anthropic: system apart, tool_use in the assistant turn, tool_result first in the next user turn."""
+    """Anthropic: system apart, tool_use in the assistant turn, tool_result first after it."""
     payload = buffer.to_anthropic()
     assert payload == {
         "system": "Be brief.",
@@ -222,7 +222,7 @@ def test_a_result_stored_before_its_call_is_placed_right_after_it(store: Store) 
 
 
 def test_a_mid_loop_export_answers_the_open_call_without_writing(store: Store) -> None:
-    """The last turn's call has no result yet: the payload carries a placeholder, the store does not."""
+    """The last call has no result yet: the payload has a placeholder, the store does not."""
     buf = store.buffer("session", "s1", "loop")
     buf.append(
         [{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": [weather_call()]}]
@@ -281,7 +281,7 @@ def test_anthropic_opens_with_a_user_turn_and_drops_blank_text(store: Store) -> 
 
 
 def test_reasoning_stays_with_its_provider() -> None:
-    """Anthropic thinking blocks survive an Anthropic round trip and are left out of OpenAI exports."""
+    """Anthropic thinking blocks survive an Anthropic round trip, and stay out of OpenAI's."""
     thinking = {"type": "thinking", "thinking": "hmm", "signature": "sig"}
     history = from_anthropic(
         [
@@ -636,7 +636,7 @@ ANTHROPIC_BAD = [
 def test_validators_name_the_first_offending_message(
     validate: Any, fmt: str, payload: Any, index: int | None, problem: str
 ) -> None:
-    """Each validator raises InvalidPayload (a ValueError) with its format, the index and the rule."""
+    """Each validator raises InvalidPayload (a ValueError): format, index and rule."""
     with pytest.raises(InvalidPayload) as raised:
         validate(payload)
     assert (raised.value.format, raised.value.index, raised.value.problem) == (fmt, index, problem)

@@ -30,6 +30,7 @@ class Flowdrop(System):
     family = "flowdrop"
     label = "flowdrop_local"
     supports: ClassVar[frozenset[str]] = frozenset({APPEND, HEAL_1, HEAL_10, READ, COLD, IMPORT})
+    measured_always = True
 
     def open(self, path: Path, messages: list[Msg]) -> None:
         self.path = path

@@ -43,6 +43,7 @@ class RawSqlite(System):
     family = "raw"
     label = "raw sqlite3"
     supports: ClassVar[frozenset[str]] = frozenset({APPEND, HEAL_1, HEAL_10, READ, COLD, IMPORT})
+    measured_always = True
 
     def _connect(self, path: Path) -> sqlite3.Connection:
         conn = sqlite3.connect(path)  # default isolation: INSERT opens, commit() ends

@@ -143,7 +143,7 @@ def normalize(message: object, index: int = 0) -> Incoming:
     if not isinstance(message, Mapping):
         raise InvalidMessage(index, "message", f"must be a mapping, not {type(message).__name__}")
     role = message.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise InvalidMessage(
             index, "role", f"must be one of assistant, system, tool, user; got {role!r}"
         )

@@ -23,11 +23,15 @@ def main() -> None:
         print("ready", flush=True)
         for i in range(count):
             buffer.append(
-                {"role": "assistant", "content": "", "tool_calls": [{"id": f"{tag}-{i}", "name": "f"}]}
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"id": f"{tag}-{i}", "name": "f"}],
+                }
             )
             print(f"a {i}", flush=True)
-            result = buffer.append({"role": "user", "content": f"{tag}-{i}"})
-            assert len(result.healed_ids) >= 1
+            # This heals the call (unless a concurrent writer's user turn did first).
+            buffer.append({"role": "user", "content": f"{tag}-{i}"})
             print(f"u {i}", flush=True)
 
 

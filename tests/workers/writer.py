@@ -22,7 +22,11 @@ def main() -> None:
             time.sleep(0.001)
         for i in range(steps):
             buffer.append(
-                {"role": "assistant", "content": "", "tool_calls": [{"id": f"{tag}-{i}", "name": "f"}]}
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"id": f"{tag}-{i}", "name": "f"}],
+                }
             )
             buffer.append({"role": "user", "content": f"{tag}-{i}"})
 
