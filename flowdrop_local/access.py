@@ -177,6 +177,13 @@ def resolve_address(scope: str, scope_id: object) -> ScopeResolution:
         assert field is not None
         identity = cast("Identifier | None", scope_id)  # judged, not trusted
         return resolve_scope(ExecutionContext(**{field: identity}), scope)
+    if isinstance(scope, str) and scope.strip().lower() in IDENTITY_SCOPES:
+        # 'User' or ' session' would be an ordinary, shared scope: a typo must not
+        # become the leak the identity scopes exist to prevent.
+        raise InvalidAddress(
+            f"scope {scope!r} is not the identity scope {scope.strip().lower()!r}; "
+            "write identity scopes exactly"
+        )
     return ScopeResolution(scope, scope_id)  # type: ignore[arg-type]  # Buffer checks it
 
 

@@ -111,6 +111,10 @@ _EVICT_OLDEST = (
 )
 _FIRST = "SELECT id, role FROM messages WHERE buffer_id = ? ORDER BY position LIMIT 1"
 _DELETE_ONE = "DELETE FROM messages WHERE id = ?"
+_LAST_ROW = (
+    "SELECT id, role, content, content_parts, metadata FROM messages "
+    "WHERE buffer_id = ? ORDER BY position DESC LIMIT 1"
+)
 _CLEAR_LEDGER = "DELETE FROM tool_calls WHERE buffer_id = ?"
 _CLEAR_MESSAGES = "DELETE FROM messages WHERE buffer_id = ?"
 _PLACEHOLDER_METADATA = '{{"tool_call_id":{},"healed":true}}'
@@ -273,6 +277,20 @@ class Buffer:
             return int(conn.execute(_COUNT, (buffer_id,)).fetchone()[0])
 
     # ----------------------------------------------------------------- writes
+
+    def pop(self) -> dict[str, Any] | None:
+        """Remove the last message and return it as :meth:`read` would; ``None`` when empty.
+
+        One transaction. Removing a result un-answers its call (the next user turn
+        heals it again); removing a turn removes the calls it declared.
+        """
+        with self.store._write() as conn:
+            buffer_id = self._existing_id(conn)
+            row = None if buffer_id is None else conn.execute(_LAST_ROW, (buffer_id,)).fetchone()
+            if row is None:
+                return None
+            conn.execute(_DELETE_ONE, (row[0],))
+        return _row_to_dict(*row[1:])
 
     def clear(self) -> int:
         """Delete every message of this buffer in one transaction; return how many."""

@@ -39,7 +39,7 @@ from .access import (
     decide,
     usable_identity,
 )
-from .buffer import Buffer, new_message_id
+from .buffer import Buffer, _as_batch, new_message_id
 from .errors import InvalidContext, InvalidSession, SessionStopped
 from .model import AppendResult, Message
 from .rules.incoming import _content
@@ -344,8 +344,9 @@ class Sessions:
     ) -> Turn:
         """Send a turn: append ``messages`` to the current conversation (owner or admin).
 
-        The append is the ordinary public one (healing, deduplication, MEM-10
-        replacement), made while the store's lock still holds the decision.
+        The decision and the append (healing, deduplication, MEM-10 replacement)
+        are one write transaction: no writer, in this process or another, can stop
+        the session between them.
 
         Returns:
             A :class:`Turn`: its ``context`` carries the owner, never the caller (MEM-8).
@@ -355,16 +356,17 @@ class Sessions:
             SessionStopped: the session is stopped; nothing was appended.
         """
         sid = _text("session id", session_id, blank=True)
-        # The store's lock is held from the decision to the commit of the append, so
-        # no other thread of this process can stop the session in between. (Another
-        # process can: its stop then takes effect from the next turn.)
-        with self.store._read() as conn:
+        batch = _as_batch(messages)  # bad input is refused before any decision
+        with self.store._write() as conn:
             session = self._require("drive", self._load(conn, sid))
             if session.status != "active":
                 raise SessionStopped(f"session {sid} is {session.status}; resume it first")
             context = context_for(session)
             buffer = self.store.buffer_for(context, "session", session.conversation_key)
-            result = buffer.append(messages)
+            if buffer.refused:
+                result = buffer.append(messages)  # writes nothing (MEM-7)
+            else:
+                result, _ = buffer._append(conn, batch)
         return Turn(session, context, result)
 
     def context(self, session_id: str) -> ExecutionContext:

@@ -40,18 +40,12 @@ from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
-from ..buffer import Buffer, _row_to_dict
+from ..buffer import Buffer
 from ..errors import InvalidAddress, StoreClosed
 from ..providers import item_to_message, message_to_items
 from ..store import Store
 
 DEFAULT_KEY: Final = "openai-agents"
-_BUFFER_ID = "SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?"
-_LAST = (
-    "SELECT id, role, content, content_parts, metadata FROM messages "
-    "WHERE buffer_id = ? ORDER BY position DESC LIMIT 1"
-)
-_DELETE = "DELETE FROM messages WHERE id = ?"
 
 
 class Session:
@@ -155,18 +149,10 @@ class Session:
         return await asyncio.to_thread(self._pop_item)
 
     def _pop_item(self) -> TResponseInputItem | None:
-        buffer = self.buffer
-        # Buffer has no pop yet: one delete in the store's own write transaction
-        # (which also drops its cached tails). The schema's foreign keys keep the
-        # ledger right: a deleted turn takes its calls, a deleted result
-        # un-answers its call.
-        with self.store._write() as conn:
-            row = conn.execute(_BUFFER_ID, (buffer.scope, buffer.scope_id, buffer.key)).fetchone()
-            last = None if row is None else conn.execute(_LAST, (row[0],)).fetchone()
-            if last is None:
-                return None
-            conn.execute(_DELETE, (last[0],))
-        items = message_to_items(_row_to_dict(*last[1:]))
+        last = self.buffer.pop()
+        if last is None:
+            return None
+        items = message_to_items(last)
         return items[-1] if items else None  # type: ignore[return-value]
 
     async def clear_session(self) -> None:
