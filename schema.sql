@@ -9,10 +9,10 @@
 --   messages    one row per message. Order is the fractional `position` key
 --               (rocicorp fractional-indexing format, compared under BINARY), so a
 --               row can be placed between two others without renumbering.
---   tool_calls  the ledger of declared tool calls: one row per call id per buffer,
---               written in the same transaction as the message that declares it.
---               Healing (MEM-3) reads the unanswered calls from its partial index
---               instead of scanning the history.
+--   tool_calls  the ledger of declared tool calls: one row per declaration (a
+--               call id a turn declares), written in the same transaction as the
+--               message. Healing (MEM-3) reads the unanswered calls from its
+--               partial index instead of scanning the history.
 
 CREATE TABLE buffers (
     id            INTEGER PRIMARY KEY,
@@ -61,12 +61,16 @@ CREATE UNIQUE INDEX messages_tool_result ON messages (buffer_id, tool_call_id)
 CREATE TABLE tool_calls (
     buffer_id   INTEGER NOT NULL REFERENCES buffers (id) ON DELETE CASCADE,
     call_id     TEXT NOT NULL,
-    -- The first turn that declared the id owns the pairing (MEM-2, MEM-5).
+    -- A turn declaring the id. When several do (MEM-2 keeps a turn that declares
+    -- one new id next to known ones), the first by position owns the pairing: its
+    -- placeholder goes after it. One row each, so deleting the first hands the
+    -- call to the next instead of forgetting it.
     declared_by TEXT NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
     ordinal     INTEGER NOT NULL CHECK (ordinal >= 0),
-    -- The tool message answering the call, wherever it stands; NULL while unanswered.
+    -- The tool message answering the call, wherever it stands (the same on every
+    -- row of the id); NULL while unanswered.
     answered_by TEXT REFERENCES messages (id) ON DELETE SET NULL,
-    PRIMARY KEY (buffer_id, call_id)
+    PRIMARY KEY (buffer_id, call_id, declared_by)
 ) STRICT, WITHOUT ROWID;
 
 -- Healing reads a buffer's unanswered calls from this index alone (MEM-3).

@@ -9,6 +9,7 @@ user_version`` and the file is marked with ``PRAGMA application_id``.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Iterator
 from functools import cache
@@ -16,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import NotADatabase, NotAFlowdropDatabase, SchemaTooNew
+from .rules.pairing import declared_call_ids
 
 APPLICATION_ID = 0x46444C53  # 'FDLS'
 SCHEMA_VERSION = 2
@@ -48,11 +50,53 @@ def _created_name(statement: str) -> str | None:
     return None
 
 
+def rebuild_ledger(conn: sqlite3.Connection) -> None:
+    """Write the ledger of declared calls afresh from the messages.
+
+    The ledger is derived data: one row per (call id, declaring turn), ordinal
+    from the turn's first declaration of the id, answered by the buffer's tool
+    message for the id. Reads every message once.
+    """
+    conn.execute("DELETE FROM tool_calls")
+    rows = conn.execute(
+        "SELECT buffer_id, id, role, metadata FROM messages "
+        "WHERE role IN ('assistant', 'tool') ORDER BY buffer_id, position"
+    )
+    declarations: dict[tuple[int, str, str], int] = {}
+    results: dict[tuple[int, str], str] = {}
+    for buffer_id, message_id, role, metadata_json in rows:
+        metadata = json.loads(metadata_json)
+        if role == "assistant":
+            for ordinal, call_id in enumerate(declared_call_ids(metadata)):
+                declarations.setdefault((buffer_id, call_id, message_id), ordinal)
+        elif isinstance(metadata.get("tool_call_id"), str):
+            results.setdefault((buffer_id, metadata["tool_call_id"]), message_id)
+    conn.executemany(
+        "INSERT INTO tool_calls (buffer_id, call_id, declared_by, ordinal, answered_by) "
+        "VALUES (?, ?, ?, ?, ?)",
+        [
+            (buffer_id, call_id, declared_by, ordinal, results.get((buffer_id, call_id)))
+            for (buffer_id, call_id, declared_by), ordinal in declarations.items()
+        ],
+    )
+
+
+def _upgrade_1_to_2(conn: sqlite3.Connection) -> None:
+    """1 -> 2: memory, sessions and session_viewers (issue 5); a ledger row per declaration.
+
+    The version-1 ledger had one row per call id, lost when its first declaring
+    turn was deleted though a later turn declared the id too; it is rebuilt.
+    Created from schema.sql by name: valid while those objects keep their version-2
+    shape (a later change to them comes with its own step after this one).
+    """
+    conn.execute("DROP TABLE tool_calls")
+    create_missing_objects(conn)
+    rebuild_ledger(conn)
+
+
 # MIGRATIONS[n] upgrades a version-n file to version n + 1, inside the one
 # transaction prepare() opens. Append-only: a released step is never edited.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
-# 1 -> 2: memory, sessions, session_viewers and the identity-scope trigger (issue 5).
-MIGRATIONS[1] = create_missing_objects
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _upgrade_1_to_2}
 
 
 @cache

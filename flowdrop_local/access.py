@@ -337,7 +337,10 @@ def decide(
         return Decision(False, action, session_id, "unknown_action", f"no such action {action!r}")
     if session is None:
         return Decision(
-            False, action, None, "session_unavailable",
+            False,
+            action,
+            None,
+            "session_unavailable",
             "the session cannot be loaded, so its ownership cannot be established",
         )
     if not _rules_allow(principal, action, session):
@@ -382,6 +385,4 @@ def _denial_reason(action: str) -> str:
 
 def refused_storage(scope: str) -> NoReturn:
     """Raise for storage reached through a refused buffer: fail closed, never write."""
-    raise AccessDenied(
-        "scope_refused", f"the {scope} scope refused; this buffer has no storage"
-    )
+    raise AccessDenied("scope_refused", f"the {scope} scope refused; this buffer has no storage")

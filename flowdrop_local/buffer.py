@@ -28,11 +28,11 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .errors import InvalidAddress, InvalidMessage, MessageNotFound
+from .errors import InvalidAddress, InvalidArgument, InvalidMessage, MessageNotFound
 from .model import AppendResult, Message, converter
 from .positions import key_between, keys_between
 from .rules.incoming import Incoming, normalize
-from .rules.pairing import PLACEHOLDER_CONTENT, plan_healing
+from .rules.pairing import PLACEHOLDER_CONTENT, declared_call_ids, plan_healing
 
 if TYPE_CHECKING:
     import sqlite3
@@ -65,10 +65,11 @@ _REPLACE_PLACEHOLDER = (
 )
 _MARK_ANSWERED = "UPDATE tool_calls SET answered_by = ? WHERE buffer_id = ? AND call_id = ?"
 _COUNT_DECLARED = (
-    "SELECT count(*) FROM tool_calls WHERE buffer_id = ? "
+    "SELECT count(DISTINCT call_id) FROM tool_calls WHERE buffer_id = ? "
     "AND call_id IN (SELECT value FROM json_each(?))"
 )
-# The first declaration owns the call; a result stored earlier already answers it.
+# One row per declaration (a turn naming an id twice keeps its first ordinal); a
+# result stored earlier already answers it.
 _DECLARE = (
     "INSERT OR IGNORE INTO tool_calls (buffer_id, call_id, declared_by, ordinal, answered_by) "
     "VALUES (?1, ?2, ?3, ?4, (SELECT id FROM messages WHERE buffer_id = ?1 AND tool_call_id = ?2))"
@@ -77,10 +78,15 @@ _UNANSWERED = (
     "SELECT m.position, t.call_id FROM tool_calls AS t JOIN messages AS m ON m.id = t.declared_by "
     "WHERE t.buffer_id = ? AND t.answered_by IS NULL ORDER BY m.position, t.ordinal"
 )
-_DECLARING_TURN = (
+_DECLARING_TURN = (  # the first declaration owns the pairing
     "SELECT m.position FROM tool_calls AS t JOIN messages AS m ON m.id = t.declared_by "
-    "WHERE t.buffer_id = ? AND t.call_id = ?"
+    "WHERE t.buffer_id = ? AND t.call_id = ? ORDER BY m.position LIMIT 1"
 )
+_LAST_USER = (
+    "SELECT position FROM messages WHERE buffer_id = ? AND role = 'user' "
+    "ORDER BY position DESC LIMIT 1"
+)
+_TAIL = "SELECT max(position) FROM messages WHERE buffer_id = ?"
 _SUCCESSOR = (
     "SELECT position FROM messages WHERE buffer_id = ? AND position > ? ORDER BY position LIMIT 1"
 )
@@ -111,6 +117,8 @@ _EVICT_OLDEST = (
 )
 _FIRST = "SELECT id, role FROM messages WHERE buffer_id = ? ORDER BY position LIMIT 1"
 _DELETE_ONE = "DELETE FROM messages WHERE id = ?"
+_MESSAGE_FOR_REMOVAL = "SELECT buffer_id, role, metadata FROM messages WHERE id = ?"
+_DELETE_PLACEHOLDER = "DELETE FROM messages WHERE buffer_id = ? AND tool_call_id = ? AND healed = 1"
 _LAST_ROW = (
     "SELECT id, role, content, content_parts, metadata FROM messages "
     "WHERE buffer_id = ? ORDER BY position DESC LIMIT 1"
@@ -121,10 +129,10 @@ _PLACEHOLDER_METADATA = '{{"tool_call_id":{},"healed":true}}'
 
 
 class Placement(NamedTuple):
-    """Where an imported message goes: its stored id, position and timestamp."""
+    """An imported message's stored id, position (``None``: at the end) and timestamp."""
 
     id: str
-    position: str
+    position: str | None
     created_at: str | None
 
 
@@ -190,7 +198,7 @@ class Buffer:
         if window is not None and (
             not isinstance(window, int) or isinstance(window, bool) or window < 1
         ):
-            raise ValueError(f"window must be a positive integer or None, got {window!r}")
+            raise InvalidArgument(f"window must be a positive integer or None, got {window!r}")
         self.store = store
         self.window = window
         self.scope = _address_part("scope", scope, allow_empty=False)
@@ -313,6 +321,8 @@ class Buffer:
             InvalidMessage: a message is malformed; nothing was written.
         """
         batch = _as_batch(messages)
+        if not batch:
+            return AppendResult(count=len(self), appended=0)
         store = self.store
         # Store._write, inlined for the hot path: it also keeps the cached tail.
         with store._lock:
@@ -321,6 +331,7 @@ class Buffer:
             try:
                 result, state = self._append(conn, batch)
                 conn.execute("COMMIT")
+                store._changes = conn.total_changes
             except BaseException as error:
                 store._abort(conn)
                 self._id = None  # the rollback may have undone the buffer's row
@@ -360,7 +371,11 @@ class Buffer:
             role = message.role
             if role == "user":
                 if dangling:
-                    limit = None if place is None else _checked_position(place, tail, index)
+                    limit = (
+                        None
+                        if place is None or place.position is None
+                        else _checked_position(place, tail, index)
+                    )
                     tail = _heal(conn, buffer_id, tail, healed_ids, limit)
                     dangling = False
             elif role == "tool" and message.tool_call_id is not None:
@@ -386,7 +401,11 @@ class Buffer:
                     if declaring is None:
                         dropped += 1
                         continue
-                    if place is not None and _extends_tool_run(conn, buffer_id, declaring[0]):
+                    if (
+                        place is not None
+                        and place.position is not None
+                        and _extends_tool_run(conn, buffer_id, declaring[0])
+                    ):
                         position, at_end = _checked_position(place, tail, index), True
                     else:
                         (position,), at_end = _positions_after(conn, buffer_id, declaring[0], 1)
@@ -436,8 +455,14 @@ class Buffer:
         evicted = 0
         if self.window is not None and count > self.window:
             evicted = self._evict(conn, buffer_id, count - self.window)
-            count -= evicted
-            dangling = True  # an evicted result may have answered a call still here
+            tail = execute(_TAIL, (buffer_id,)).fetchone()[0]
+            # An evicted result (or first declaring turn) can leave a call unanswered
+            # with user turns after it: heal those now, so no stored user turn ever
+            # follows an unanswered call (MEM-3). Those placeholders may exceed the window.
+            healed_before = len(healed_ids)
+            tail = _heal(conn, buffer_id, tail, healed_ids, before_users_only=True)
+            count += len(healed_ids) - healed_before - evicted
+            dangling = True
         result = AppendResult(
             count=count,
             appended=len(new_ids),
@@ -481,28 +506,54 @@ class Buffer:
         return to_anthropic(self.read(), limit=limit)
 
 
+def remove_message(conn: sqlite3.Connection, message_id: str) -> bool:
+    """Delete one message inside the caller's transaction, keeping the buffer rules.
+
+    Deleting a declaring turn also deletes the placeholders standing for its
+    calls; deleting a result un-answers its call. Calls left unanswered before a
+    user turn (the next turn declaring the id now owns it) are healed at once, so
+    no stored user turn follows an unanswered call. Returns False if no such message.
+    """
+    row = conn.execute(_MESSAGE_FOR_REMOVAL, (message_id,)).fetchone()
+    if row is None:
+        return False
+    buffer_id, role, metadata = row
+    conn.execute(_DELETE_ONE, (message_id,))
+    if role == "assistant":
+        conn.executemany(
+            _DELETE_PLACEHOLDER,
+            [(buffer_id, call_id) for call_id in declared_call_ids(json.loads(metadata))],
+        )
+    _heal(conn, buffer_id, None, [], before_users_only=True)
+    return True
+
+
 def _heal(
     conn: sqlite3.Connection,
     buffer_id: int,
     tail: str | None,
     healed_ids: list[str],
     limit: str | None = None,
+    *,
+    before_users_only: bool = False,
 ) -> str | None:
     """Answer every unanswered call of the buffer with a placeholder (MEM-3).
 
     ``limit``: the position the coming message will take (import), which the
-    placeholders must stay below. Returns the buffer's new last position.
+    placeholders must stay below. ``before_users_only``: heal only calls that a
+    stored user turn follows (after a deletion). Returns the new last position.
     """
     unanswered = conn.execute(_UNANSWERED, (buffer_id,)).fetchall()
+    if before_users_only and unanswered:
+        last_user = conn.execute(_LAST_USER, (buffer_id,)).fetchone()
+        unanswered = [row for row in unanswered if last_user and row[0] < last_user[0]]
     for turn_position, call_ids in plan_healing(unanswered):
         positions, at_end = _positions_after(conn, buffer_id, turn_position, len(call_ids), limit)
         rows = []
         for position, call_id in zip(positions, call_ids, strict=True):
             message_id = new_message_id()
             metadata = _PLACEHOLDER_METADATA.format(json.dumps(call_id, ensure_ascii=False))
-            rows.append(
-                (message_id, buffer_id, position, "tool", PLACEHOLDER_CONTENT, 0, metadata)
-            )
+            rows.append((message_id, buffer_id, position, "tool", PLACEHOLDER_CONTENT, 0, metadata))
             healed_ids.append(message_id)
         conn.executemany(_INSERT, rows)
         conn.executemany(
@@ -538,10 +589,11 @@ def _extends_tool_run(conn: sqlite3.Connection, buffer_id: int, turn_position: s
 
 
 def _checked_position(place: Placement, tail: str | None, index: int) -> str:
+    """The import's own position (after the tail, or refused), else the next at the end."""
+    if place.position is None:
+        return key_between(tail, None)
     if tail is not None and place.position <= tail:
-        raise InvalidMessage(
-            index, "position", f"{place.position!r} does not come after {tail!r}"
-        )
+        raise InvalidMessage(index, "position", f"{place.position!r} does not come after {tail!r}")
     return place.position
 
 
@@ -571,5 +623,5 @@ def _insert(
 
 def _check_limit(limit: object) -> int:
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-        raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
+        raise InvalidArgument(f"limit must be a non-negative integer, got {limit!r}")
     return limit

@@ -80,6 +80,7 @@ def _check_buffer(
 
     index_of = {row[0]: i for i, row in enumerate(rows)}
     expected: dict[str, tuple[str, int]] = {}  # call id -> (first declaring message, ordinal)
+    declarations: dict[tuple[str, str], int] = {}  # (call id, declaring message) -> ordinal
     results: dict[str, str] = {}  # call id -> the tool message answering it
     for id_, position, role, metadata in rows:
         if not is_valid_key(position):
@@ -87,34 +88,38 @@ def _check_buffer(
         if role == "assistant":
             for ordinal, call_id in enumerate(declared_call_ids(metadata)):
                 expected.setdefault(call_id, (id_, ordinal))
+                declarations.setdefault((call_id, id_), ordinal)
         elif role == "tool" and isinstance(metadata.get("tool_call_id"), str):
             results[metadata["tool_call_id"]] = id_
 
-    ledger: dict[str, tuple[str, int, str | None]] = {
-        call_id: (declared_by, ordinal, answered_by)
+    ledger: dict[tuple[str, str], tuple[int, str | None]] = {
+        (call_id, declared_by): (ordinal, answered_by)
         for call_id, declared_by, ordinal, answered_by in conn.execute(_LEDGER, (buffer_id,))
     }
-    for call_id, (declared_by, ordinal) in expected.items():
-        entry = ledger.get(call_id)
+    for (call_id, declared_by), ordinal in declarations.items():
+        entry = ledger.get((call_id, declared_by))
         if entry is None:
             report("ledger", f"call {call_id!r} is declared but not in the ledger", declared_by)
             continue
-        if entry[:2] != (declared_by, ordinal):
+        if entry[0] != ordinal:
             report(
                 "ledger",
-                f"call {call_id!r}: the ledger names {entry[0]} #{entry[1]}, "
-                f"the messages {declared_by} #{ordinal}",
+                f"call {call_id!r}: the ledger says #{entry[0]} of its turn, the turn #{ordinal}",
                 declared_by,
             )
-        if entry[2] != results.get(call_id):
+        if entry[1] != results.get(call_id):
             report(
                 "ledger",
-                f"call {call_id!r}: the ledger says answered by {entry[2]}, "
+                f"call {call_id!r}: the ledger says answered by {entry[1]}, "
                 f"the messages say {results.get(call_id)}",
                 declared_by,
             )
-    for call_id in ledger.keys() - expected.keys():
-        report("ledger", f"the ledger holds call {call_id!r}, which no message declares")
+    for call_id, declared_by in ledger.keys() - declarations.keys():
+        report(
+            "ledger",
+            f"the ledger holds call {call_id!r} of a turn that does not declare it",
+            declared_by,
+        )
 
     # MEM-3: no user turn after a call that has no result anywhere.
     for call_id, (declared_by, _) in expected.items():

@@ -270,9 +270,7 @@ def vacuum(ctx: click.Context) -> None:
 
 def _size(path: str) -> int:
     return sum(
-        os.path.getsize(path + suffix)
-        for suffix in ("", "-wal")
-        if os.path.exists(path + suffix)
+        os.path.getsize(path + suffix) for suffix in ("", "-wal") if os.path.exists(path + suffix)
     )
 
 

@@ -100,3 +100,7 @@ class InvalidImport(FlowdropError, ValueError):
 
 class BackupTargetExists(FlowdropError, FileExistsError):
     """The backup target exists already; it is never overwritten."""
+
+
+class InvalidArgument(FlowdropError, ValueError):
+    """An argument other than a message is out of range (a limit, a window, a setting)."""

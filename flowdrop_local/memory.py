@@ -115,9 +115,7 @@ def set_(
     return MemoryWrite(True, scope, resolution.scope_id, existed)
 
 
-def delete(
-    store: Store, context: ExecutionContext | None, scope: str, key: str
-) -> MemoryWrite:
+def delete(store: Store, context: ExecutionContext | None, scope: str, key: str) -> MemoryWrite:
     """Delete ``key`` in ``scope``; see :meth:`Store.memory_delete`."""
     resolution, key = _resolve(context, scope, key)
     if resolution.refused:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .buffer import Buffer, Placement
+from .buffer import Placement, new_message_id
 from .errors import FlowdropError, InvalidAddress, InvalidImport, InvalidMessage
 from .positions import is_valid_key
 from .rules.incoming import Incoming, normalize
@@ -58,38 +58,26 @@ def export_records(
 ) -> Iterator[dict[str, Any]]:
     """Every message (or one buffer's), as export records, in buffer and position order.
 
-    One read transaction, so the export is a consistent snapshot.
+    One statement, so the export is a consistent snapshot; the rows are read
+    before the first is yielded, so the store is free while the caller iterates.
     """
     with store._read() as conn:
-        conn.execute("BEGIN")
-        try:
-            rows = conn.execute(_EXPORT_ALL if address is None else _EXPORT_ONE, address or ())
-            for (
-                scope,
-                scope_id,
-                key,
-                id_,
-                position,
-                role,
-                content,
-                parts,
-                metadata,
-                created,
-            ) in rows:
-                yield {
-                    "scope": scope,
-                    "scope_id": scope_id,
-                    "key": key,
-                    "id": id_,
-                    "position": position,
-                    "role": role,
-                    "content": json.loads(content) if parts else content,
-                    "metadata": json.loads(metadata),
-                    "created_at": created,
-                }
-        finally:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")  # a read-only snapshot: nothing to commit
+        rows = conn.execute(
+            _EXPORT_ALL if address is None else _EXPORT_ONE, address or ()
+        ).fetchall()
+    # Read whole (one statement is one snapshot), then yield without holding the store.
+    for scope, scope_id, key, id_, position, role, content, parts, metadata, created in rows:
+        yield {
+            "scope": scope,
+            "scope_id": scope_id,
+            "key": key,
+            "id": id_,
+            "position": position,
+            "role": role,
+            "content": json.loads(content) if parts else content,
+            "metadata": json.loads(metadata),
+            "created_at": created,
+        }
 
 
 def parse_lines(lines: Iterable[str]) -> list[tuple[int, Mapping[str, Any]]]:
@@ -113,7 +101,7 @@ class _Planned:
     address: tuple[str, str, str]
     lines: list[int]
     batch: list[Incoming]
-    placements: list[Placement] | None
+    placements: list[Placement]
 
 
 def _plan(records: Iterable[tuple[int, Mapping[str, Any]]]) -> list[_Planned]:
@@ -168,22 +156,16 @@ def _plan(records: Iterable[tuple[int, Mapping[str, Any]]]) -> list[_Planned]:
                 batch.append(normalize(message, 0))
             except InvalidMessage as error:
                 raise InvalidImport(number, f"{error.field}: {error.problem}") from None
-        placements = None
-        if all(placed):
-            placements = [
-                Placement(
-                    record.get("id") or _new_id(), record["position"], record.get("created_at")
-                )
-                for _, record in rows
-            ]
+        placements = [
+            Placement(
+                record.get("id") or new_message_id(),
+                record.get("position"),
+                record.get("created_at"),
+            )
+            for _, record in rows
+        ]
         planned.append(_Planned(address, [number for number, _ in rows], batch, placements))
     return planned
-
-
-def _new_id() -> str:
-    from .buffer import new_message_id
-
-    return new_message_id()
 
 
 def import_records(
@@ -200,9 +182,15 @@ def import_records(
     with store._write() as conn:
         for plan in planned:
             try:
-                buffer = Buffer(store, *plan.address)
+                buffer = store.buffer(*plan.address)  # identity scopes judged as everywhere
             except InvalidAddress as error:
                 raise InvalidImport(plan.lines[0], str(error)) from None
+            if buffer.refused:
+                raise InvalidImport(
+                    plan.lines[0],
+                    f"the {plan.address[0]} scope refuses {plan.address[1]!r}: "
+                    "not a usable identity",
+                )
             existing = buffer._existing_id(conn)
             if (
                 existing is not None

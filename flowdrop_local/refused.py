@@ -65,6 +65,10 @@ class RefusedBuffer(Buffer):
         """Nothing to clear; returns 0."""
         return 0
 
+    def pop(self) -> None:
+        """Nothing to pop; returns ``None``."""
+        return None
+
     def append(
         self, messages: Mapping[str, Any] | Message | Iterable[Mapping[str, Any] | Message]
     ) -> AppendResult:

@@ -39,8 +39,8 @@ from .access import (
     decide,
     usable_identity,
 )
-from .buffer import Buffer, _as_batch, new_message_id
-from .errors import InvalidContext, InvalidSession, SessionStopped
+from .buffer import Buffer, _as_batch, new_message_id, remove_message
+from .errors import InvalidContext, InvalidMessage, InvalidSession, SessionStopped
 from .model import AppendResult, Message
 from .rules.incoming import _content
 
@@ -53,13 +53,10 @@ _COLUMNS = (
     "(SELECT json_group_array(user_id) FROM session_viewers WHERE session_id = sessions.id)"
 )
 _LOAD = f"SELECT {_COLUMNS} FROM sessions WHERE id = ?"
-_INSERT = (
-    "INSERT INTO sessions (id, workflow_id, name, owner_id, metadata) VALUES (?, ?, ?, ?, ?)"
-)
+_INSERT = "INSERT INTO sessions (id, workflow_id, name, owner_id, metadata) VALUES (?, ?, ?, ?, ?)"
 # Candidates only: every row is still judged by access.decide() before it is listed.
 _LIST_ALL = (
-    f"SELECT {_COLUMNS} FROM sessions WHERE ?1 IS NULL OR workflow_id = ?1 "
-    "ORDER BY created_at, id"
+    f"SELECT {_COLUMNS} FROM sessions WHERE ?1 IS NULL OR workflow_id = ?1 ORDER BY created_at, id"
 )
 _LIST_FOR = (
     f"SELECT {_COLUMNS} FROM sessions "
@@ -84,7 +81,7 @@ _MESSAGE = (
     "FROM messages WHERE id = ?"
 )
 _UPDATE_MESSAGE = "UPDATE messages SET content = ?, content_parts = ? WHERE id = ?"
-_DELETE_MESSAGE = "DELETE FROM messages WHERE id = ?"
+_IS_PLACEHOLDER = "SELECT healed FROM messages WHERE id = ?"
 
 
 def conversation_key(n: int) -> str:
@@ -178,8 +175,16 @@ def _metadata(value: object) -> str:
 def _row_to_session(row: tuple[Any, ...]) -> tuple[Session, SessionFacts]:
     sid, workflow_id, name, owner_id, status, n, metadata, created_at, updated_at, viewers = row
     session = Session(
-        sid, workflow_id, name, owner_id, status, n, conversation_key(n),
-        json.loads(metadata), created_at, updated_at,
+        sid,
+        workflow_id,
+        name,
+        owner_id,
+        status,
+        n,
+        conversation_key(n),
+        json.loads(metadata),
+        created_at,
+        updated_at,
     )
     return session, SessionFacts(sid, owner_id, frozenset(json.loads(viewers)))
 
@@ -209,9 +214,7 @@ class Sessions:
         row = conn.execute(_LOAD, (session_id,)).fetchone()
         return None if row is None else _row_to_session(row)
 
-    def _require(
-        self, action: str, loaded: tuple[Session, SessionFacts] | None
-    ) -> Session:
+    def _require(self, action: str, loaded: tuple[Session, SessionFacts] | None) -> Session:
         """Decide through access.decide(); raise AccessDenied, or return the session."""
         decide(
             self.principal, action, None if loaded is None else loaded[1], self.store.access_hooks
@@ -256,8 +259,10 @@ class Sessions:
         title = _text("name", name, blank=True)
         meta = _metadata(metadata)
         owner_id = (
-            self.principal.identity if owner is SELF
-            else None if owner is None
+            self.principal.identity
+            if owner is SELF
+            else None
+            if owner is None
             else _user("owner", owner)
         )
         sid = new_message_id()
@@ -421,7 +426,9 @@ class Sessions:
     def update_message(self, message_id: str, content: _Content) -> Message:
         """Replace a session message's content (admin only, MEM-15).
 
-        Its place, role and metadata stay: tool pairing is not edited here.
+        Its place, role and metadata stay: tool pairing is not edited here, and a
+        healed placeholder is not edited at all (the real result replaces it by an
+        append, MEM-10).
 
         Raises:
             AccessDenied: ``edit_denied`` for anyone but an admin;
@@ -431,19 +438,28 @@ class Sessions:
         text, parts = _content(content, 0)
         with self.store._write() as conn:
             self._require("edit", self._message_session(conn, mid))
+            if conn.execute(_IS_PLACEHOLDER, (mid,)).fetchone()[0]:
+                raise InvalidMessage(
+                    0, "content", "a healed placeholder is replaced by appending its real result"
+                )
             conn.execute(_UPDATE_MESSAGE, (text, parts, mid))
             row = conn.execute(_MESSAGE, (mid,)).fetchone()
         id_, position, role, stored, stored_parts, metadata, created_at = row
         return Message(
-            id_, position, role, json.loads(stored) if stored_parts else stored,
-            json.loads(metadata), created_at,
+            id_,
+            position,
+            role,
+            json.loads(stored) if stored_parts else stored,
+            json.loads(metadata),
+            created_at,
         )
 
     def delete_message(self, message_id: str) -> None:
         """Delete a session message (admin only, MEM-15).
 
-        The ledger follows through its foreign keys: a deleted result leaves its
-        call unanswered (the next user turn heals it), a deleted call goes with it.
+        The buffer rules hold afterwards (:func:`~flowdrop_local.buffer.remove_message`):
+        a deleted turn takes its calls' placeholders with it, and a call left
+        unanswered before a user turn is healed in the same transaction.
 
         Raises:
             AccessDenied: ``delete_denied`` for anyone but an admin;
@@ -452,5 +468,4 @@ class Sessions:
         mid = _text("message id", message_id, blank=True)
         with self.store._write() as conn:
             self._require("delete", self._message_session(conn, mid))
-            conn.execute(_DELETE_MESSAGE, (mid,))
-
+            remove_message(conn, mid)

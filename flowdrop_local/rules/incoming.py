@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
 from ..errors import InvalidMessage
-from .pairing import call_id_of, is_usable_call_id
+from .pairing import PLACEHOLDER_CONTENT, call_id_of, is_usable_call_id
 
 ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
 MAX_DEPTH: Final = 200
@@ -133,6 +133,30 @@ def _merged(message: Mapping[str, Any], metadata: dict[str, Any], name: str, ind
     return nested if top is _NO_VALUE else top
 
 
+def _placeholder_content(
+    role: str, call_id: object, content: str, parts: int, metadata: dict[str, Any], index: int
+) -> str:
+    """A message marked healed must be a placeholder, exactly: else it is refused.
+
+    Only a placeholder is ever overwritten (MEM-10), so accepting real content
+    under a healed mark would let a later result destroy it. Blank content is read
+    as the placeholder's text.
+    """
+    if role != "tool" or call_id is None:
+        raise InvalidMessage(
+            index, "metadata.healed", "only a tool message answering a call can be marked healed"
+        )
+    if parts or content not in ("", PLACEHOLDER_CONTENT):
+        raise InvalidMessage(
+            index, "content", f"a message marked healed is a placeholder: {PLACEHOLDER_CONTENT!r}"
+        )
+    if set(metadata) != {"tool_call_id", "healed"}:
+        raise InvalidMessage(
+            index, "metadata", "a placeholder's metadata holds tool_call_id and healed only"
+        )
+    return PLACEHOLDER_CONTENT
+
+
 def normalize(message: object, index: int = 0) -> Incoming:
     """Validate one incoming message and return it in the stored shape.
 
@@ -215,6 +239,8 @@ def normalize(message: object, index: int = 0) -> Incoming:
     healed = metadata.get("healed", False)
     if not isinstance(healed, bool):
         raise InvalidMessage(index, "metadata.healed", f"must be true or false, got {healed!r}")
+    if healed:
+        content = _placeholder_content(role, tool_call_id, content, content_parts, metadata, index)
 
     if metadata:
         _check_json(metadata, index, "metadata")

@@ -21,8 +21,14 @@ planner and placeholder (:func:`~.pairing.plan_healing`,
 :func:`~.pairing.placeholder_message`), so placeholders land where the store's
 MEM-3 healing puts them: directly after the declaring turn, before its results.
 
-A usable call id is a non-blank string, ``"0"`` included: the spec's example that
-drops a ``"0"`` pair reflects PHP's falsiness, not a rule (see README.md).
+Two readings of the spec's examples (see README.md, "Sendable history"):
+
+* a usable call id is a non-blank string, ``"0"`` included: the spec's example
+  that drops a ``"0"`` pair reflects PHP's falsiness, not a rule;
+* a result answers its call wherever it stands, as the store's MEM-3 ledger
+  counts it ("no matching tool result anywhere in the buffer"): one stored before
+  the turn that declares its call is placed right after that turn, not dropped
+  for a placeholder, so repair and the store agree on which calls are answered.
 """
 
 from __future__ import annotations
@@ -32,16 +38,18 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from ..errors import InvalidPayload
+from .incoming import _PAIRING_BLOCKS, ROLES
 from .pairing import call_id_of, is_usable_call_id, placeholder_message, plan_healing
 
 Message = dict[str, Any]
 
-ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
+# ROLES and the content blocks that carry tool pairing (Anthropic) are the write
+# path's own (rules/incoming.py): one definition. Inside content a pairing block
+# would hide a call or a result from repair, so a list holding one is not a list
+# of parts.
+
 # OpenAI's newer name for the system role; a developer instruction is not dropped.
 ROLE_ALIASES: Final = {"developer": "system"}
-# Content blocks that carry tool pairing (Anthropic): inside content they would hide
-# a call or a result from repair, so a list holding one is not a list of parts.
-PAIRING_BLOCKS: Final = frozenset({"tool_use", "tool_result", "server_tool_use"})
 _PAIRING_FORMAT: Final = "pairing"
 
 
@@ -74,7 +82,7 @@ def _is_content_part(part: object) -> bool:
     if not isinstance(part, Mapping):
         return False
     kind = part.get("type")
-    return isinstance(kind, str) and kind not in PAIRING_BLOCKS
+    return isinstance(kind, str) and kind not in _PAIRING_BLOCKS
 
 
 def is_empty_content(content: str | list[Any]) -> bool:
@@ -128,32 +136,28 @@ def repair_pairing(messages: Iterable[Message]) -> tuple[list[Message], int]:
     * A call whose id is unusable, or declared before (by an earlier turn or
       earlier in the same turn), is dropped from its turn: the first declaration
       owns the pairing. A turn left with no calls and no content is dropped too.
-    * A result answers a call declared *before* it. One with an unusable id, or
-      answering no call declared before it, is an orphan and dropped; a second
-      result for an answered call is a duplicate and dropped.
+    * A result answers its call wherever it stands, before or after the turn
+      that declares it (MEM-3: a call is unanswered only with no result
+      *anywhere*). One with an unusable id, or whose call no kept turn declares,
+      is an orphan and dropped; a second result for an answered call is a
+      duplicate and dropped: the first in list order wins, as MEM-1 keeps the
+      first one stored.
     * Each turn is followed directly by the results of its calls: first a
-      placeholder for each unanswered call (the store's planner and placeholder),
-      then its real results in the order they came, wherever they stood.
+      placeholder for each call with no result anywhere (the store's planner and
+      placeholder), then its real results in the order they came, wherever they
+      stood.
 
     The count is one per dropped message and one per dropped call declaration.
     """
     kept: list[Message] = []
     declared: dict[str, int] = {}  # call id -> index in kept of the declaring turn
     order: list[tuple[int, str]] = []  # every kept declaration, in order
-    results: dict[int, list[Message]] = {}
-    answered: set[str] = set()
+    tools: list[Message] = []  # every result, in list order: matched once all turns are read
     dropped = 0
     for message in messages:
         metadata = message["metadata"]
         if message["role"] == "tool":
-            call_id = metadata.get("tool_call_id")
-            if not is_usable_call_id(call_id) or call_id not in declared:
-                dropped += 1  # orphan: no call declared before it
-            elif call_id in answered:
-                dropped += 1  # duplicate result
-            else:
-                answered.add(call_id)
-                results.setdefault(declared[call_id], []).append(message)
+            tools.append(message)
             continue
         calls = metadata.get("tool_calls")
         if not calls:  # None, or an empty list kept as given
@@ -179,6 +183,17 @@ def repair_pairing(messages: Iterable[Message]) -> tuple[list[Message], int]:
                 metadata["tool_calls"] = keep
             message = {**message, "metadata": metadata}
         kept.append(message)
+    results: dict[int, list[Message]] = {}
+    answered: set[str] = set()
+    for message in tools:
+        call_id = message["metadata"].get("tool_call_id")
+        if not is_usable_call_id(call_id) or call_id not in declared:
+            dropped += 1  # orphan: no kept turn declares its call
+        elif call_id in answered:
+            dropped += 1  # duplicate result: the first in list order answers
+        else:
+            answered.add(call_id)
+            results.setdefault(declared[call_id], []).append(message)
     healing = dict(plan_healing((slot, i) for slot, i in order if i not in answered))
     repaired: list[Message] = []
     for slot, message in enumerate(kept):
@@ -206,8 +221,8 @@ def normalize(messages: Iterable[object]) -> tuple[list[Message], int]:
     ordered += [m for m in coerced if m["role"] != "system"]
     repaired, lost = repair_pairing(ordered)
     dropped += lost
-    # Rule 4. Repair already drops a result standing before its call, so nothing
-    # leads with a tool message here; the guard stays as the rule writes it.
+    # Rule 4. Repair places every result it keeps right after its declaring turn,
+    # so nothing leads with a tool message here; the guard stays as the rule writes it.
     first = next((i for i, m in enumerate(repaired) if m["role"] != "system"), len(repaired))
     end = first
     while end < len(repaired) and repaired[end]["role"] == "tool":

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .normalize import ROLES, coerce_content, is_empty_content
+from .incoming import ROLES
+from .normalize import coerce_content, is_empty_content
 
 
 def text_to_message(
