@@ -34,7 +34,7 @@ from pathlib import Path
 
 import attrs
 
-from flowdrop_local import Buffer, Store
+from flowdrop_local import PLACEHOLDER_CONTENT, Buffer, Store
 
 from . import report
 from .core import declaring_turn
@@ -114,7 +114,12 @@ def import_healed(buffer: Buffer, calls: int) -> str:
     """A healed history (turn, its placeholders, a user turn) imported in one append."""
     ids = [f"call_{i}" for i in range(calls)]
     placeholders = [
-        {"role": "tool", "tool_call_id": c, "content": "[no result]", "metadata": {"healed": True}}
+        {
+            "role": "tool",
+            "tool_call_id": c,
+            "content": PLACEHOLDER_CONTENT,
+            "metadata": {"healed": True},
+        }
         for c in ids
     ]
     batch = [_text(0), declaring_turn(ids), *placeholders, {"role": "user", "content": "next"}]
@@ -168,7 +173,10 @@ def run(args: argparse.Namespace, workdir: Path) -> list[Outcome]:
                 continue
             buffer = store.buffer("bench", "keys", name)
             started = time.perf_counter()
-            note = scenario(buffer)
+            try:
+                note = scenario(buffer)
+            except Exception as error:  # report it and go on with the other scenarios
+                note = f"failed: {type(error).__name__}: {error}"
             seconds = time.perf_counter() - started
             outcome = Outcome(
                 name, description, len(buffer), _longest(store, buffer), seconds, note

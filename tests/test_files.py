@@ -173,3 +173,13 @@ def test_two_stores_creating_one_file_at_once(tmp_path: Path) -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_vacuum_and_backup_errors_are_typed(tmp_path: Path) -> None:
+    """vacuum on a read-only store and a backup into a missing folder raise FlowdropErrors."""
+    path = tmp_path / "x.db"
+    _flowdrop_file(path, messages=2)
+    with Store(path, read_only=True) as store, pytest.raises(ReadOnlyStore):
+        store.vacuum()
+    with Store(path) as store, pytest.raises(FlowdropError, match="cannot back up"):
+        store.backup(tmp_path / "no" / "such" / "copy.db")

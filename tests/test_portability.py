@@ -202,3 +202,42 @@ def test_backup_of_a_live_database_is_consistent(tmp_path: Path) -> None:
         assert len(history) % 3 in (0, 1)  # (call, placeholder, user) steps, maybe one more call
     with Store(db) as store:
         assert len(store.buffer("session", "shared", "chat")) == 1200
+
+
+def test_ids_and_timestamps_are_kept_without_positions(tmp_path: Path) -> None:
+    """Lines without positions go at the end in file order, keeping their ids and timestamps."""
+    record = {
+        **GOOD,
+        "id": "01234567-89ab-7def-8123-456789abcdef",
+        "created_at": "2020-01-01T00:00:00.000Z",
+    }
+    with Store(tmp_path / "x.db") as store:
+        store.import_records([record])
+        (message,) = store.buffer("s", "1", "k").messages()
+    assert (message.id, message.created_at) == (record["id"], record["created_at"])
+
+
+@pytest.mark.parametrize(
+    ("scope", "scope_id", "words"),
+    [
+        ("user", "-3", "refuses"),
+        ("user", "0", "refuses"),
+        ("session", " ", "refuses"),
+        ("User", "", "identity scope"),
+    ],
+)
+def test_import_judges_identity_scopes_like_every_other_path(
+    tmp_path: Path, scope: str, scope_id: str, words: str
+) -> None:
+    """An import cannot create a user or session bucket the scope rules would refuse."""
+    with Store(tmp_path / "x.db") as store:
+        with pytest.raises(InvalidImport, match=words):
+            store.import_records([{**GOOD, "scope": scope, "scope_id": scope_id}])
+        assert store.buffers() == []
+
+
+def test_import_stores_the_canonical_identity(tmp_path: Path) -> None:
+    """' 7 ' is user 7: the import lands in the bucket store.buffer('user', '7', ...) reads."""
+    with Store(tmp_path / "x.db") as store:
+        store.import_records([{**GOOD, "scope": "user", "scope_id": " 7 "}])
+        assert store.buffer("user", "7", "k").read()[0]["content"] == "fine"

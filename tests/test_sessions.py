@@ -487,3 +487,60 @@ def test_every_denial_code_is_declared() -> None:
     assert seen <= ERROR_CODES
     error = AccessDenied("view_denied", "no")
     assert isinstance(error, PermissionError) and error.error_code == "view_denied"
+
+
+# -------------------------------------------- admin edits keep the buffer rules
+
+
+def _healed_session(store: Store) -> tuple[Any, Any]:
+    admin = store.sessions(ADMIN)
+    session = admin.create("wf", name="healed", owner="alice")
+    admin.drive(
+        session.id,
+        [
+            {"role": "assistant", "tool_calls": [{"id": "c1"}, {"id": "c2"}]},
+            {"role": "tool", "tool_call_id": "c2", "content": "real"},
+            {"role": "user", "content": "next"},  # heals c1
+        ],
+    )
+    return admin, session
+
+
+def test_deleting_a_declaring_turn_takes_its_placeholders(db_path: Path) -> None:
+    """An admin deleting a turn leaves no placeholder for a call nobody declares."""
+    with Store(db_path) as store:
+        admin, session = _healed_session(store)
+        turn = admin.messages(session.id)[0]
+        admin.delete_message(turn.id)
+        assert [m.role for m in admin.messages(session.id)] == [
+            "tool",
+            "user",
+        ]  # c2's real result stays
+        assert store.check() == []
+
+
+def test_deleting_a_result_heals_its_call_at_once(db_path: Path) -> None:
+    """A deleted real result leaves its call unanswered before a user turn: healed in the same write."""
+    with Store(db_path) as store:
+        admin, session = _healed_session(store)
+        result = next(m for m in admin.messages(session.id) if m.tool_call_id == "c2")
+        admin.delete_message(result.id)
+        messages = admin.messages(session.id)
+        assert [(m.role, m.healed) for m in messages] == [
+            ("assistant", False),
+            ("tool", True),
+            ("tool", True),
+            ("user", False),
+        ]
+        assert store.check() == []
+
+
+def test_a_placeholder_is_not_edited(db_path: Path) -> None:
+    """An admin edit of a healed placeholder is refused; the real result replaces it by an append."""
+    with Store(db_path) as store:
+        admin, session = _healed_session(store)
+        placeholder = next(m for m in admin.messages(session.id) if m.healed)
+        before = snapshot(db_path)
+        with pytest.raises(InvalidMessage, match="replaced by appending"):
+            admin.update_message(placeholder.id, "edited")
+        assert snapshot(db_path) == before
