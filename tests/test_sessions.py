@@ -520,7 +520,7 @@ def test_deleting_a_declaring_turn_takes_its_placeholders(db_path: Path) -> None
 
 
 def test_deleting_a_result_heals_its_call_at_once(db_path: Path) -> None:
-    """A deleted real result leaves its call unanswered before a user turn: healed in the same write."""
+    """A deleted real result un-answers its call before a user turn: healed in the same write."""
     with Store(db_path) as store:
         admin, session = _healed_session(store)
         result = next(m for m in admin.messages(session.id) if m.tool_call_id == "c2")
@@ -536,7 +536,7 @@ def test_deleting_a_result_heals_its_call_at_once(db_path: Path) -> None:
 
 
 def test_a_placeholder_is_not_edited(db_path: Path) -> None:
-    """An admin edit of a healed placeholder is refused; the real result replaces it by an append."""
+    """An admin edit of a placeholder is refused; the real result replaces it by an append."""
     with Store(db_path) as store:
         admin, session = _healed_session(store)
         placeholder = next(m for m in admin.messages(session.id) if m.healed)
