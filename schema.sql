@@ -93,7 +93,10 @@ END;
 -- cannot store a user turn while a call of its buffer is unanswered.
 CREATE TRIGGER messages_user_needs_answered_calls BEFORE INSERT ON messages
 WHEN NEW.role = 'user'
-    AND EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = NEW.buffer_id AND answered_by IS NULL)
+    -- INDEXED BY: without statistics the planner would walk the primary key, every
+    -- declared call of the buffer, on each user insert.
+    AND EXISTS (SELECT 1 FROM tool_calls INDEXED BY tool_calls_unanswered
+                WHERE buffer_id = NEW.buffer_id AND answered_by IS NULL)
 BEGIN
     SELECT RAISE(ABORT, 'MEM-3: a user message cannot follow an unanswered tool call; append it through flowdrop_local, which heals the call first');
 END;

@@ -90,6 +90,8 @@ def _upgrade_1_to_2(conn: sqlite3.Connection) -> None:
     shape (a later change to them comes with its own step after this one).
     """
     conn.execute("DROP TABLE tool_calls")
+    # Recreated from schema.sql: it now reads the ledger's unanswered-calls index.
+    conn.execute("DROP TRIGGER messages_user_needs_answered_calls")
     create_missing_objects(conn)
     rebuild_ledger(conn)
 

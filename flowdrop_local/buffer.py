@@ -43,7 +43,8 @@ _FIND_BUFFER = "SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key 
 _CREATE_BUFFER = "INSERT OR IGNORE INTO buffers (scope, scope_id, key) VALUES (?, ?, ?)"
 _BUFFER_STATE = (
     "SELECT message_count, (SELECT max(position) FROM messages WHERE buffer_id = ?1), "
-    "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = ?1 AND answered_by IS NULL) "
+    "EXISTS (SELECT 1 FROM tool_calls INDEXED BY tool_calls_unanswered "
+    "WHERE buffer_id = ?1 AND answered_by IS NULL) "
     "FROM buffers WHERE id = ?1"
 )
 _COUNT = "SELECT message_count FROM buffers WHERE id = ?"
@@ -74,8 +75,11 @@ _DECLARE = (
     "INSERT OR IGNORE INTO tool_calls (buffer_id, call_id, declared_by, ordinal, answered_by) "
     "VALUES (?1, ?2, ?3, ?4, (SELECT id FROM messages WHERE buffer_id = ?1 AND tool_call_id = ?2))"
 )
+# INDEXED BY: the planner, without statistics, prefers the primary key, which
+# walks every declared call of the buffer instead of the unanswered ones.
 _UNANSWERED = (
-    "SELECT m.position, t.call_id FROM tool_calls AS t JOIN messages AS m ON m.id = t.declared_by "
+    "SELECT m.position, t.call_id FROM tool_calls AS t INDEXED BY tool_calls_unanswered "
+    "JOIN messages AS m ON m.id = t.declared_by "
     "WHERE t.buffer_id = ? AND t.answered_by IS NULL ORDER BY m.position, t.ordinal"
 )
 _DECLARING_TURN = (  # the first declaration owns the pairing
