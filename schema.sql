@@ -14,6 +14,11 @@
 --               message. Healing (MEM-3) reads the unanswered calls from its
 --               partial index instead of scanning the history.
 
+-- buffers.message_count (version 2): the library sets it once per append (one
+-- write, not one per row), and the delete trigger below keeps it on every delete.
+-- A writer that inserts messages behind the library must keep it too
+-- (flowdrop-local check reports a wrong count). The comment inside the table is
+-- version 1's, kept because SQLite stores a table's text as written.
 CREATE TABLE buffers (
     id            INTEGER PRIMARY KEY,
     scope         TEXT NOT NULL,
@@ -78,11 +83,6 @@ CREATE INDEX tool_calls_unanswered ON tool_calls (buffer_id) WHERE answered_by I
 -- Serve the foreign keys' ON DELETE actions without scanning the ledger.
 CREATE INDEX tool_calls_declared_by ON tool_calls (declared_by);
 CREATE INDEX tool_calls_answered_by ON tool_calls (answered_by) WHERE answered_by IS NOT NULL;
-
-CREATE TRIGGER messages_count_insert AFTER INSERT ON messages
-BEGIN
-    UPDATE buffers SET message_count = message_count + 1 WHERE id = NEW.buffer_id;
-END;
 
 CREATE TRIGGER messages_count_delete AFTER DELETE ON messages
 BEGIN

@@ -85,13 +85,16 @@ def _upgrade_1_to_2(conn: sqlite3.Connection) -> None:
     """1 -> 2: memory, sessions and session_viewers (issue 5); a ledger row per declaration.
 
     The version-1 ledger had one row per call id, lost when its first declaring
-    turn was deleted though a later turn declared the id too; it is rebuilt.
+    turn was deleted though a later turn declared the id too; it is rebuilt. The
+    per-row insert trigger on the message count goes (the append sets it once).
     Created from schema.sql by name: valid while those objects keep their version-2
     shape (a later change to them comes with its own step after this one).
     """
     conn.execute("DROP TABLE tool_calls")
     # Recreated from schema.sql: it now reads the ledger's unanswered-calls index.
     conn.execute("DROP TRIGGER messages_user_needs_answered_calls")
+    # The count is now set once per append by the library (not once per row).
+    conn.execute("DROP TRIGGER messages_count_insert")
     create_missing_objects(conn)
     rebuild_ledger(conn)
 

@@ -48,6 +48,8 @@ _BUFFER_STATE = (
     "FROM buffers WHERE id = ?1"
 )
 _COUNT = "SELECT message_count FROM buffers WHERE id = ?"
+_SET_COUNT = "UPDATE buffers SET message_count = ? WHERE id = ?"
+_ADD_COUNT = "UPDATE buffers SET message_count = message_count + ? WHERE id = ?"
 _INSERT = (
     "INSERT INTO messages (id, buffer_id, position, role, content, content_parts, metadata) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -370,11 +372,17 @@ class Buffer:
         healed_ids: list[str] = []
         replaced_ids: list[str] = []
         dropped = 0
+        # Messages that need no look-up (no call, no result, no healing) wait here
+        # and go in with one executemany: a batch import is mostly those.
+        pending: list[tuple[str, int, str, str, str, int, str]] = []
         for index, message in enumerate(batch):
             place = None if placements is None else placements[index]
             role = message.role
             if role == "user":
                 if dangling:
+                    if pending:
+                        conn.executemany(_INSERT, pending)
+                        pending.clear()
                     limit = (
                         None
                         if place is None or place.position is None
@@ -383,6 +391,9 @@ class Buffer:
                     tail = _heal(conn, buffer_id, tail, healed_ids, limit)
                     dangling = False
             elif role == "tool" and message.tool_call_id is not None:
+                if pending:
+                    conn.executemany(_INSERT, pending)
+                    pending.clear()
                 found = execute(_FIND_RESULT, (buffer_id, message.tool_call_id)).fetchone()
                 if found is not None:
                     if found[1] and not message.healed:  # MEM-10
@@ -396,20 +407,17 @@ class Buffer:
                     continue
                 if message.healed:
                     # A placeholder only ever stands in the tool run right after the
-                    # turn that declared its call: it goes there (at its own position
-                    # when an import gives one that is still in that run), or is
-                    # dropped when no turn declares the call.
+                    # turn that declared its call: at the end while the buffer still
+                    # ends in that run (in order, at its own position if an import
+                    # gives one), else right after the turn; dropped when no turn
+                    # declares the call.
                     declaring = execute(
                         _DECLARING_TURN, (buffer_id, message.tool_call_id)
                     ).fetchone()
                     if declaring is None:
                         dropped += 1
                         continue
-                    if (
-                        place is not None
-                        and place.position is not None
-                        and _extends_tool_run(conn, buffer_id, declaring[0])
-                    ):
+                    if _extends_tool_run(conn, buffer_id, declaring[0]):
                         position, at_end = _checked_position(place, tail, index), True
                     else:
                         (position,), at_end = _positions_after(conn, buffer_id, declaring[0], 1)
@@ -420,6 +428,9 @@ class Buffer:
                         tail = position
                     continue
             elif message.declared:
+                if pending:
+                    conn.executemany(_INSERT, pending)
+                    pending.clear()
                 unique = list(dict.fromkeys(message.declared))
                 known = execute(_COUNT_DECLARED, (buffer_id, json.dumps(unique))).fetchone()[0]
                 if known == len(unique):  # MEM-2
@@ -428,19 +439,24 @@ class Buffer:
             if place is None:
                 tail = key_between(tail, None)
                 message_id = new_message_id()
-                execute(
-                    _INSERT,
-                    (
-                        message_id,
-                        buffer_id,
-                        tail,
-                        role,
-                        message.content,
-                        message.content_parts,
-                        message.metadata,
-                    ),
+                row = (
+                    message_id,
+                    buffer_id,
+                    tail,
+                    role,
+                    message.content,
+                    message.content_parts,
+                    message.metadata,
                 )
+                if message.tool_call_id is None and not message.declared:
+                    pending.append(row)
+                    new_ids.append(message_id)
+                    continue
+                execute(_INSERT, row)
             else:
+                if pending:
+                    conn.executemany(_INSERT, pending)
+                    pending.clear()
                 tail = _checked_position(place, tail, index)
                 message_id = _insert(conn, buffer_id, tail, message, place)
             new_ids.append(message_id)
@@ -455,7 +471,11 @@ class Buffer:
                         for ordinal, call_id in enumerate(message.declared)
                     ],
                 )
+        if pending:
+            conn.executemany(_INSERT, pending)
         count += len(new_ids) + len(healed_ids)
+        if new_ids or healed_ids:
+            execute(_SET_COUNT, (count, buffer_id))
         evicted = 0
         if self.window is not None and count > self.window:
             evicted = self._evict(conn, buffer_id, count - self.window)
@@ -465,7 +485,9 @@ class Buffer:
             # follows an unanswered call (MEM-3). Those placeholders may exceed the window.
             healed_before = len(healed_ids)
             tail = _heal(conn, buffer_id, tail, healed_ids, before_users_only=True)
-            count += len(healed_ids) - healed_before - evicted
+            count += len(healed_ids) - healed_before - evicted  # the trigger took the evicted
+            if len(healed_ids) > healed_before:
+                execute(_SET_COUNT, (count, buffer_id))
             dangling = True
         result = AppendResult(
             count=count,
@@ -528,7 +550,10 @@ def remove_message(conn: sqlite3.Connection, message_id: str) -> bool:
             _DELETE_PLACEHOLDER,
             [(buffer_id, call_id) for call_id in declared_call_ids(json.loads(metadata))],
         )
-    _heal(conn, buffer_id, None, [], before_users_only=True)
+    healed: list[str] = []
+    _heal(conn, buffer_id, None, healed, before_users_only=True)
+    if healed:
+        conn.execute(_ADD_COUNT, (len(healed), buffer_id))
     return True
 
 
@@ -592,9 +617,9 @@ def _extends_tool_run(conn: sqlite3.Connection, buffer_id: int, turn_position: s
     return conn.execute(_NON_TOOL_AFTER, (buffer_id, turn_position)).fetchone() is None
 
 
-def _checked_position(place: Placement, tail: str | None, index: int) -> str:
+def _checked_position(place: Placement | None, tail: str | None, index: int) -> str:
     """The import's own position (after the tail, or refused), else the next at the end."""
-    if place.position is None:
+    if place is None or place.position is None:
         return key_between(tail, None)
     if tail is not None and place.position <= tail:
         raise InvalidMessage(index, "position", f"{place.position!r} does not come after {tail!r}")

@@ -84,11 +84,15 @@ class Model:
                     self.items[found] = message  # MEM-10
                 return  # MEM-1
             if metadata.get("healed") is True:
-                # An incoming placeholder goes where healing puts one: right after
-                # the first turn declaring its call (placed first in the tool run).
+                # An incoming placeholder goes into the tool run of the first turn
+                # declaring its call: at the end while the list ends in that run,
+                # else right after the turn.
                 for i, m in enumerate(self.items):
                     if m["role"] == "assistant" and metadata["tool_call_id"] in _declared(m):
-                        self.items.insert(i + 1, message)
+                        if all(later["role"] == "tool" for later in self.items[i + 1 :]):
+                            self.items.append(message)
+                        else:
+                            self.items.insert(i + 1, message)
                         return
                 return
         elif (
