@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -142,9 +143,37 @@ class Placement(NamedTuple):
     created_at: str | None
 
 
+class _RandomPool:
+    """Random bytes drawn from os.urandom 4 KiB at a time (one syscall per ~400 ids).
+
+    Thread-safe, and emptied in a forked child so parent and child never share bytes.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bytes = b""
+        self._at = 0
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._bytes, self._at = b"", 0
+
+    def take(self, n: int) -> bytes:
+        with self._lock:
+            if self._at + n > len(self._bytes):
+                self._bytes, self._at = os.urandom(4096), 0
+            chunk = self._bytes[self._at : self._at + n]
+            self._at += n
+            return chunk
+
+
+_random = _RandomPool()
+
+
 def new_message_id() -> str:
     """A UUIDv7 (RFC 9562): time-ordered, so new rows land at the end of the id index."""
-    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(_random.take(10), "big")
     value = value & ~(0xF << 76) | 0x7 << 76  # version 7
     value = value & ~(0x3 << 62) | 0x2 << 62  # RFC 4122 variant
     h = f"{value:032x}"

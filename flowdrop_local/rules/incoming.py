@@ -89,8 +89,8 @@ def _check_text(text: str, index: int, field: str) -> None:
         ) from None
 
 
-def _dumps(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+# One encoder, built once: json.dumps with options builds a new one on every call.
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
 def _content(value: object, index: int) -> tuple[str, int]:
