@@ -180,7 +180,7 @@ def new_message_id() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def _address_part(name: str, value: object, *, allow_empty: bool) -> str:
+def check_address_part(name: str, value: object, *, allow_empty: bool) -> str:
     if not isinstance(value, str):
         raise InvalidAddress(f"{name} must be a string, not {type(value).__name__}")
     if not allow_empty and not value.strip():
@@ -188,7 +188,7 @@ def _address_part(name: str, value: object, *, allow_empty: bool) -> str:
     return value
 
 
-def _as_batch(messages: object) -> list[Incoming]:
+def validate_batch(messages: object) -> list[Incoming]:
     """Validate every message of an append before anything is written."""
     if isinstance(messages, Mapping):
         return [normalize(messages, 0)]
@@ -236,9 +236,9 @@ class Buffer:
             raise InvalidArgument(f"window must be a positive integer or None, got {window!r}")
         self.store = store
         self.window = window
-        self.scope = _address_part("scope", scope, allow_empty=False)
-        self.scope_id = _address_part("scope_id", scope_id, allow_empty=True)
-        self.key = _address_part("key", key, allow_empty=False)
+        self.scope = check_address_part("scope", scope, allow_empty=False)
+        self.scope_id = check_address_part("scope_id", scope_id, allow_empty=True)
+        self.key = check_address_part("key", key, allow_empty=False)
         self._id: int | None = None  # the buffers row, once it exists (never deleted)
 
     def __repr__(self) -> str:
@@ -273,7 +273,7 @@ class Buffer:
                     raise MessageNotFound(f"no message {before!r} in {self!r}")
                 rows = conn.execute(
                     _READ_BEFORE,
-                    (buffer_id, found[0], -1 if limit is None else _check_limit(limit)),
+                    (buffer_id, found[0], -1 if limit is None else check_limit(limit)),
                 ).fetchall()
                 rows.reverse()
                 return [_row_to_dict(*row) for row in rows]
@@ -282,7 +282,7 @@ class Buffer:
             if limit is None:
                 rows = conn.execute(_READ_ALL, (buffer_id,)).fetchall()
             else:
-                rows = conn.execute(_READ_LAST, (buffer_id, _check_limit(limit))).fetchall()
+                rows = conn.execute(_READ_LAST, (buffer_id, check_limit(limit))).fetchall()
                 rows.reverse()
         return [_row_to_dict(*row) for row in rows]
 
@@ -295,7 +295,7 @@ class Buffer:
             if limit is None:
                 rows = conn.execute(_MESSAGES_ALL, (buffer_id,)).fetchall()
             else:
-                rows = conn.execute(_MESSAGES_LAST, (buffer_id, _check_limit(limit))).fetchall()
+                rows = conn.execute(_MESSAGES_LAST, (buffer_id, check_limit(limit))).fetchall()
                 rows.reverse()
         return [
             converter.structure(
@@ -355,7 +355,7 @@ class Buffer:
         Raises:
             InvalidMessage: a message is malformed; nothing was written.
         """
-        batch = _as_batch(messages)
+        batch = validate_batch(messages)
         if not batch:
             return AppendResult(count=len(self), appended=0)
         store = self.store
@@ -679,7 +679,7 @@ def _insert(
     return message_id
 
 
-def _check_limit(limit: object) -> int:
+def check_limit(limit: object) -> int:
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise InvalidArgument(f"limit must be a non-negative integer, got {limit!r}")
     return limit

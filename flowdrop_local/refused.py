@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from .access import refused_storage
-from .buffer import Buffer, _as_batch, _check_limit
+from .buffer import Buffer, check_limit, validate_batch
 from .model import AppendResult, Message
 
 if TYPE_CHECKING:
@@ -49,13 +49,13 @@ class RefusedBuffer(Buffer):
     def read(self, limit: int | None = None, *, before: str | None = None) -> list[dict[str, Any]]:
         """Nothing: a refused scope selects no bucket."""
         if limit is not None:
-            _check_limit(limit)
+            check_limit(limit)
         return []
 
     def messages(self, limit: int | None = None) -> list[Message]:
         """Nothing: a refused scope selects no bucket."""
         if limit is not None:
-            _check_limit(limit)
+            check_limit(limit)
         return []
 
     def __len__(self) -> int:
@@ -77,7 +77,7 @@ class RefusedBuffer(Buffer):
         Raises:
             InvalidMessage: a message is malformed (bad input is an error, refused or not).
         """
-        _as_batch(messages)
+        validate_batch(messages)
         return AppendResult(count=0, appended=0)
 
     def _existing_id(self, conn: sqlite3.Connection) -> int | None:

@@ -39,10 +39,10 @@ from .access import (
     decide,
     usable_identity,
 )
-from .buffer import Buffer, _as_batch, new_message_id, remove_message
+from .buffer import Buffer, new_message_id, remove_message, validate_batch
 from .errors import InvalidContext, InvalidMessage, InvalidSession, SessionStopped
 from .model import AppendResult, Message
-from .rules.incoming import _content
+from .rules.incoming import coerce_content
 
 if TYPE_CHECKING:
     from .store import Store
@@ -361,7 +361,7 @@ class Sessions:
             SessionStopped: the session is stopped; nothing was appended.
         """
         sid = _text("session id", session_id, blank=True)
-        batch = _as_batch(messages)  # bad input is refused before any decision
+        batch = validate_batch(messages)  # bad input is refused before any decision
         with self.store._write() as conn:
             session = self._require("drive", self._load(conn, sid))
             if session.status != "active":
@@ -435,7 +435,7 @@ class Sessions:
                 ``session_unavailable`` when the message's session cannot be loaded.
         """
         mid = _text("message id", message_id, blank=True)
-        text, parts = _content(content, 0)
+        text, parts = coerce_content(content, 0)
         with self.store._write() as conn:
             self._require("edit", self._message_session(conn, mid))
             if conn.execute(_IS_PLACEHOLDER, (mid,)).fetchone()[0]:

@@ -32,7 +32,7 @@ import sqlite_utils
 from . import memory
 from ._schema import prepare
 from .access import AccessHook, ExecutionContext, Principal, resolve_address, resolve_scope
-from .buffer import Buffer, _address_part
+from .buffer import Buffer, check_address_part
 from .check import Violation, check_database
 from .errors import (
     BackupTargetExists,
@@ -362,7 +362,7 @@ class Store:
             InvalidAddress: an address part is not a string, or scope or key is blank.
         """
         self._connection()
-        _address_part("key", key, allow_empty=False)  # bad input is an error, not a refusal
+        check_address_part("key", key, allow_empty=False)  # bad input is an error, not a refusal
         resolution = resolve_address(scope, scope_id)
         if resolution.refused:
             return RefusedBuffer(scope, key, window=window)
@@ -377,7 +377,9 @@ class Store:
     def db(self) -> sqlite_utils.Database:
         """A sqlite-utils view of the same connection, for ad-hoc table work.
 
-        Writes through it bypass the buffer rules (the schema's triggers still apply).
+        Writes through it bypass the buffer rules (the schema's triggers still
+        apply); the store notices them (``total_changes``) and re-reads what it
+        cached of a buffer before the next append.
         """
         self._tails.clear()
         return sqlite_utils.Database(self._connection())
@@ -406,7 +408,7 @@ class Store:
             InvalidAddress: an unknown scope, or a blank key.
         """
         self._connection()
-        _address_part("key", key, allow_empty=False)  # bad input is an error, not a refusal
+        check_address_part("key", key, allow_empty=False)  # bad input is an error, not a refusal
         resolution = resolve_scope(context, scope)
         if resolution.refused:
             return RefusedBuffer(scope, key, window=window)

@@ -28,7 +28,7 @@ ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
 MAX_DEPTH: Final = 200
 # Content blocks that carry tool pairing in Anthropic's shape: stored as content
 # they would hide a result from the guard, so they are refused until converted.
-_PAIRING_BLOCKS: Final = frozenset({"tool_use", "tool_result", "server_tool_use"})
+PAIRING_BLOCKS: Final = frozenset({"tool_use", "tool_result", "server_tool_use"})
 _STRUCTURAL_KEYS: Final = frozenset({"role", "content", "metadata", "tool_calls", "tool_call_id"})
 _NO_VALUE: Final = object()
 
@@ -93,7 +93,8 @@ def _check_text(text: str, index: int, field: str) -> None:
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
-def _content(value: object, index: int) -> tuple[str, int]:
+def coerce_content(value: object, index: int) -> tuple[str, int]:
+    """Content as stored: (text, 0), or (JSON array of parts, 1); InvalidMessage otherwise."""
     if isinstance(value, str):
         if not value.isascii():
             _check_text(value, index, "content")
@@ -106,7 +107,7 @@ def _content(value: object, index: int) -> tuple[str, int]:
                 raise InvalidMessage(
                     index, f"content[{i}]", "a content part must be an object with a string 'type'"
                 )
-            if part["type"] in _PAIRING_BLOCKS:
+            if part["type"] in PAIRING_BLOCKS:
                 raise InvalidMessage(
                     index,
                     f"content[{i}]",
@@ -171,7 +172,7 @@ def normalize(message: object, index: int = 0) -> Incoming:
         raise InvalidMessage(
             index, "role", f"must be one of assistant, system, tool, user; got {role!r}"
         )
-    content, content_parts = _content(message.get("content"), index)
+    content, content_parts = coerce_content(message.get("content"), index)
 
     raw_metadata = message.get("metadata")
     if raw_metadata is None:

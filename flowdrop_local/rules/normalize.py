@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from ..errors import InvalidPayload
-from .incoming import _PAIRING_BLOCKS, ROLES
+from .incoming import PAIRING_BLOCKS, ROLES
 from .pairing import call_id_of, is_usable_call_id, placeholder_message, plan_healing
 
 Message = dict[str, Any]
@@ -82,7 +82,7 @@ def _is_content_part(part: object) -> bool:
     if not isinstance(part, Mapping):
         return False
     kind = part.get("type")
-    return isinstance(kind, str) and kind not in _PAIRING_BLOCKS
+    return isinstance(kind, str) and kind not in PAIRING_BLOCKS
 
 
 def is_empty_content(content: str | list[Any]) -> bool:
