@@ -63,13 +63,16 @@ _INSERT_PLACED = (
 _NON_TOOL_AFTER = (
     "SELECT 1 FROM messages WHERE buffer_id = ? AND position > ? AND role != 'tool' LIMIT 1"
 )
-_FIND_RESULT = "SELECT id, healed FROM messages WHERE buffer_id = ? AND tool_call_id = ?"
+_FIND_RESULTS = (
+    "SELECT tool_call_id, id, healed FROM messages "
+    "WHERE buffer_id = ? AND tool_call_id IN (SELECT value FROM json_each(?))"
+)
 _REPLACE_PLACEHOLDER = (
     "UPDATE messages SET content = ?, content_parts = ?, metadata = ? WHERE id = ?"
 )
 _MARK_ANSWERED = "UPDATE tool_calls SET answered_by = ? WHERE buffer_id = ? AND call_id = ?"
-_COUNT_DECLARED = (
-    "SELECT count(DISTINCT call_id) FROM tool_calls WHERE buffer_id = ? "
+_KNOWN_DECLARED = (
+    "SELECT DISTINCT call_id FROM tool_calls WHERE buffer_id = ? "
     "AND call_id IN (SELECT value FROM json_each(?))"
 )
 # One row per declaration (a turn naming an id twice keeps its first ordinal); a
@@ -401,36 +404,68 @@ class Buffer:
         healed_ids: list[str] = []
         replaced_ids: list[str] = []
         dropped = 0
-        # Messages that need no look-up (no call, no result, no healing) wait here
-        # and go in with one executemany: a batch import is mostly those.
-        pending: list[tuple[str, int, str, str, str, int, str]] = []
+        # What the batch needs to know of the stored buffer, read once: the stored
+        # result (and whether it is a placeholder) for each call id it answers,
+        # and which of the ids it declares are declared already. From there on the
+        # batch keeps both up to date itself, so most messages need no look-up.
+        answering = {m.tool_call_id for m in batch if m.tool_call_id is not None}
+        declaring = {call_id for m in batch for call_id in m.declared}
+        results: dict[str, tuple[str, bool]] = {}
+        if answering or declaring:  # a result stored before its call answers it too
+            ids = json.dumps(list(answering | declaring))
+            rows = execute(_FIND_RESULTS, (buffer_id, ids))
+            results = {call_id: (id_, bool(healed)) for call_id, id_, healed in rows}
+        known: set[str] = set()
+        if declaring:
+            rows = execute(_KNOWN_DECLARED, (buffer_id, json.dumps(list(declaring))))
+            known = {row[0] for row in rows}
+        open_calls: set[str] = set()  # declared by this batch, no result yet
+        # Writes wait here and go in with executemany: rows first, then the ledger
+        # rows that reference them (immediate foreign keys).
+        pending: list[tuple[str, int, str, str, str, int, str, str | None]] = []
+        declarations: list[tuple[int, str, str, int]] = []
+        answers: list[tuple[str, int, str]] = []
+
+        def flush() -> None:
+            nonlocal dangling
+            if pending:
+                conn.executemany(_INSERT_PLACED, pending)
+                pending.clear()
+            if declarations:
+                conn.executemany(_DECLARE, declarations)
+                declarations.clear()
+            if answers:
+                conn.executemany(_MARK_ANSWERED, answers)
+                answers.clear()
+            # Calls this batch declared and left open are now unanswered in the file.
+            dangling = dangling or bool(open_calls)
+
         for index, message in enumerate(batch):
             place = None if placements is None else placements[index]
             role = message.role
+            call_id = message.tool_call_id
             if role == "user":
-                if dangling:
-                    if pending:
-                        conn.executemany(_INSERT, pending)
-                        pending.clear()
+                if dangling or open_calls:
+                    flush()
                     limit = (
                         None
                         if place is None or place.position is None
                         else _checked_position(place, tail, index)
                     )
-                    tail = _heal(conn, buffer_id, tail, healed_ids, limit)
+                    tail = _heal(conn, buffer_id, tail, healed_ids, limit, answered=results)
                     dangling = False
-            elif role == "tool" and message.tool_call_id is not None:
-                if pending:
-                    conn.executemany(_INSERT, pending)
-                    pending.clear()
-                found = execute(_FIND_RESULT, (buffer_id, message.tool_call_id)).fetchone()
+                    open_calls.clear()
+            elif role == "tool" and call_id is not None:
+                found = results.get(call_id)
                 if found is not None:
                     if found[1] and not message.healed:  # MEM-10
+                        flush()
                         execute(
                             _REPLACE_PLACEHOLDER,
                             (message.content, message.content_parts, message.metadata, found[0]),
                         )
                         replaced_ids.append(found[0])
+                        results[call_id] = (found[0], False)
                     else:  # MEM-1
                         dropped += 1
                     continue
@@ -440,35 +475,32 @@ class Buffer:
                     # ends in that run (in order, at its own position if an import
                     # gives one), else right after the turn; dropped when no turn
                     # declares the call.
-                    declaring = execute(
-                        _DECLARING_TURN, (buffer_id, message.tool_call_id)
-                    ).fetchone()
-                    if declaring is None:
+                    flush()
+                    turn = execute(_DECLARING_TURN, (buffer_id, call_id)).fetchone()
+                    if turn is None:
                         dropped += 1
                         continue
-                    if _extends_tool_run(conn, buffer_id, declaring[0]):
+                    if _extends_tool_run(conn, buffer_id, turn[0]):
                         position, at_end = _checked_position(place, tail, index), True
                     else:
-                        (position,), at_end = _positions_after(conn, buffer_id, declaring[0], 1)
+                        (position,), at_end = _positions_after(conn, buffer_id, turn[0], 1)
                     message_id = _insert(conn, buffer_id, position, message, place)
-                    execute(_MARK_ANSWERED, (message_id, buffer_id, message.tool_call_id))
+                    execute(_MARK_ANSWERED, (message_id, buffer_id, call_id))
                     new_ids.append(message_id)
+                    results[call_id] = (message_id, True)
+                    open_calls.discard(call_id)
                     if at_end:
                         tail = position
                     continue
             elif message.declared:
-                if pending:
-                    conn.executemany(_INSERT, pending)
-                    pending.clear()
                 unique = list(dict.fromkeys(message.declared))
-                known = execute(_COUNT_DECLARED, (buffer_id, json.dumps(unique))).fetchone()[0]
-                if known == len(unique):  # MEM-2
+                if known.issuperset(unique):  # MEM-2
                     dropped += 1
                     continue
-            if place is None:
-                tail = key_between(tail, None)
-                message_id = new_message_id()
-                row = (
+            tail = _checked_position(place, tail, index)
+            message_id = new_message_id() if place is None else place.id
+            pending.append(
+                (
                     message_id,
                     buffer_id,
                     tail,
@@ -476,32 +508,21 @@ class Buffer:
                     message.content,
                     message.content_parts,
                     message.metadata,
+                    None if place is None else place.created_at,
                 )
-                if message.tool_call_id is None and not message.declared:
-                    pending.append(row)
-                    new_ids.append(message_id)
-                    continue
-                execute(_INSERT, row)
-            else:
-                if pending:
-                    conn.executemany(_INSERT, pending)
-                    pending.clear()
-                tail = _checked_position(place, tail, index)
-                message_id = _insert(conn, buffer_id, tail, message, place)
+            )
             new_ids.append(message_id)
-            if message.tool_call_id is not None:
-                execute(_MARK_ANSWERED, (message_id, buffer_id, message.tool_call_id))
+            if call_id is not None:
+                answers.append((message_id, buffer_id, call_id))
+                results[call_id] = (message_id, False)
+                open_calls.discard(call_id)
             elif message.declared:
-                dangling = True  # perhaps: a result may already stand for the ids
-                conn.executemany(
-                    _DECLARE,
-                    [
-                        (buffer_id, call_id, message_id, ordinal)
-                        for ordinal, call_id in enumerate(message.declared)
-                    ],
-                )
-        if pending:
-            conn.executemany(_INSERT, pending)
+                for ordinal, declared in enumerate(message.declared):
+                    declarations.append((buffer_id, declared, message_id, ordinal))
+                    if declared not in results:
+                        open_calls.add(declared)
+                known.update(message.declared)
+        flush()
         count += len(new_ids) + len(healed_ids)
         if new_ids or healed_ids:
             execute(_SET_COUNT, (count, buffer_id))
@@ -594,12 +615,14 @@ def _heal(
     limit: str | None = None,
     *,
     before_users_only: bool = False,
+    answered: dict[str, tuple[str, bool]] | None = None,
 ) -> str | None:
     """Answer every unanswered call of the buffer with a placeholder (MEM-3).
 
     ``limit``: the position the coming message will take (import), which the
     placeholders must stay below. ``before_users_only``: heal only calls that a
-    stored user turn follows (after a deletion). Returns the new last position.
+    stored user turn follows (after a deletion). ``answered`` records each healed
+    call id's placeholder, for the append's batch view. Returns the new last position.
     """
     unanswered = conn.execute(_UNANSWERED, (buffer_id,)).fetchall()
     if before_users_only and unanswered:
@@ -613,6 +636,8 @@ def _heal(
             metadata = _PLACEHOLDER_METADATA.format(json.dumps(call_id, ensure_ascii=False))
             rows.append((message_id, buffer_id, position, "tool", PLACEHOLDER_CONTENT, 0, metadata))
             healed_ids.append(message_id)
+            if answered is not None:
+                answered[call_id] = (message_id, True)
         conn.executemany(_INSERT, rows)
         conn.executemany(
             _MARK_ANSWERED,
