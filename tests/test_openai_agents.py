@@ -84,11 +84,13 @@ def test_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert match is not None
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {}
-    exec(compile(match.group(1), "README.md", "exec"), namespace)
+    for _ in range(2):  # runs again in the same folder: each run is a new conversation
+        exec(compile(match.group(1), "README.md", "exec"), namespace)
     assert (tmp_path / "chat.db").exists()
     validate_anthropic(namespace["payload"])
     with Store(tmp_path / "chat.db") as store:
-        assert len(store.buffer("session", "conversation-42", "openai-agents")) == 4
+        conversations = store.buffers()
+        assert len(conversations) == 2 and all(ref.count == 4 for ref in conversations)
 
 
 # -------------------------------------------------------------- the protocol
