@@ -479,7 +479,7 @@ class Store:
         transaction, so they must not write through this store.
         """
         if not callable(hook):
-            raise TypeError(f"an access hook must be callable, not {type(hook).__name__}")
+            raise InvalidArgument(f"an access hook must be callable, not {type(hook).__name__}")
         with self._lock:
             self._access_hook_list.append(hook)
 

@@ -41,7 +41,7 @@ from agents.memory import SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
 from ..buffer import Buffer
-from ..errors import InvalidAddress, StoreClosed
+from ..errors import InvalidAddress, InvalidMessage, StoreClosed
 from ..providers import item_to_message, message_to_items
 from ..store import Store
 
@@ -177,4 +177,4 @@ def _as_dict(item: object) -> dict[str, Any]:
         dumped = dump(exclude_unset=True)
         if isinstance(dumped, dict):
             return dumped
-    raise TypeError(f"a session item must be a mapping, not {type(item).__name__}")
+    raise InvalidMessage(0, "item", f"a session item must be a mapping, not {type(item).__name__}")
