@@ -146,3 +146,30 @@ def test_long_keys_need_no_recursion() -> None:
         high = key_between(low, high)
     assert len(high) > 1_500  # deeper than Python's default recursion limit
     assert low < key_between(low, high) < high
+
+
+def test_n_keys_between_neighbours_are_balanced() -> None:
+    """10,000 keys between two neighbours need about log62(10,000) more digits, not 10,000."""
+    keys = keys_between("a0", "a1", 10_000)
+    assert len(set(keys)) == 10_000 and keys == sorted(keys)
+    assert max(len(k) for k in keys) <= 6
+
+
+def test_healing_many_calls_between_rows_keeps_positions_short() -> None:
+    """Through the public API: 5,000 placeholders placed between a turn and its successor."""
+    from flowdrop_local import Store
+
+    with Store(":memory:") as store:
+        buffer = store.buffer("s", "", "k")
+        calls = [{"id": f"c{i}"} for i in range(5_000)]
+        buffer.append(
+            [{"role": "assistant", "tool_calls": calls}, {"role": "assistant", "content": "x"}]
+        )
+        result = buffer.append({"role": "user", "content": "heal"})
+        assert len(result.healed_ids) == 5_000
+        positions = [m.position for m in buffer.messages()]
+        assert positions == sorted(positions)
+        assert max(len(p) for p in positions) <= 6
+        assert [m.tool_call_id for m in buffer.messages()[1:5001]] == [
+            f"c{i}" for i in range(5_000)
+        ]
