@@ -136,6 +136,15 @@ def _decrement_integer(x: str) -> str | None:
     return new_head + "".join(digits)
 
 
+def _check_bounds(a: str | None, b: str | None) -> None:
+    if a is not None:
+        validate_key(a)
+    if b is not None:
+        validate_key(b)
+    if a is not None and b is not None and a >= b:
+        raise InvalidPositionKey(f"{a!r} is not less than {b!r}")
+
+
 def key_between(a: str | None, b: str | None) -> str:
     """Return a key that sorts strictly between ``a`` and ``b``.
 
@@ -155,12 +164,7 @@ def key_between(a: str | None, b: str | None) -> str:
     ):
         # The append fast path: the next integer only bumps the last digit.
         return a[:-1] + DIGITS[_DIGIT_VALUE[a[-1]] + 1]
-    if a is not None:
-        validate_key(a)
-    if b is not None:
-        validate_key(b)
-    if a is not None and b is not None and a >= b:
-        raise InvalidPositionKey(f"{a!r} is not less than {b!r}")
+    _check_bounds(a, b)
     if a is None:
         if b is None:
             return "a0"
@@ -203,12 +207,7 @@ def keys_between(a: str | None, b: str | None, n: int) -> list[str]:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise InvalidPositionKey(f"n must be a non-negative integer, got {n!r}")
     if n == 0:
-        if a is not None:
-            validate_key(a)
-        if b is not None:
-            validate_key(b)
-        if a is not None and b is not None and a >= b:
-            raise InvalidPositionKey(f"{a!r} is not less than {b!r}")
+        _check_bounds(a, b)
         return []
     if b is None:
         keys = [key_between(a, None)]

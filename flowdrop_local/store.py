@@ -31,7 +31,14 @@ import sqlite_utils
 
 from . import memory
 from ._schema import prepare
-from .access import AccessHook, ExecutionContext, Principal, resolve_address, resolve_scope
+from .access import (
+    AccessHook,
+    ExecutionContext,
+    Principal,
+    ScopeResolution,
+    resolve_address,
+    resolve_scope,
+)
 from .buffer import Buffer, check_address_part
 from .check import Violation, check_database
 from .errors import (
@@ -363,7 +370,11 @@ class Store:
         """
         self._connection()
         check_address_part("key", key, allow_empty=False)  # bad input is an error, not a refusal
-        resolution = resolve_address(scope, scope_id)
+        return self._buffer_of(resolve_address(scope, scope_id), scope, key, window)
+
+    def _buffer_of(
+        self, resolution: ScopeResolution, scope: str, key: str, window: int | None
+    ) -> Buffer:
         if resolution.refused:
             return RefusedBuffer(scope, key, window=window)
         return Buffer(self, scope, resolution.scope_id, key, window=window)
@@ -409,10 +420,7 @@ class Store:
         """
         self._connection()
         check_address_part("key", key, allow_empty=False)  # bad input is an error, not a refusal
-        resolution = resolve_scope(context, scope)
-        if resolution.refused:
-            return RefusedBuffer(scope, key, window=window)
-        return Buffer(self, scope, resolution.scope_id, key, window=window)
+        return self._buffer_of(resolve_scope(context, scope), scope, key, window)
 
     def memory_get(
         self, context: ExecutionContext | None, scope: str, key: str, default: object = None
