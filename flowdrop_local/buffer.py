@@ -3,21 +3,26 @@
 One append (one message or a batch) is one write transaction. For each incoming
 message, in order:
 
-* ``user``: first heal (MEM-3). The ledger's partial index yields the buffer's
-  unanswered calls; each gets a placeholder placed between its declaring turn and
-  that turn's successor, so no other row moves. Then the message is appended.
+* ``user``: first heal (MEM-3), when a call may be unanswered. The ledger's
+  partial index yields the buffer's unanswered calls; each gets a placeholder
+  placed between the first turn declaring it and that turn's successor, so no
+  other row moves. Then the message is appended.
 * ``tool`` with an id: dropped if a result for the id is stored (MEM-1), unless
   the stored one is a healed placeholder and the incoming one is not, in which
   case it overwrites the placeholder in place (MEM-10). Otherwise appended, and
   the ledger records the call as answered wherever the result stands. An
-  incoming message already marked healed (an imported placeholder) is placed
-  where healing would put it, right after its declaring turn, or dropped when no
-  turn declares its call: a healed mark never stands anywhere else.
+  incoming message already marked healed (an imported placeholder, exactly the
+  placeholder's shape) is placed in the tool run of its declaring turn, or
+  dropped when no turn declares its call: a healed mark never stands elsewhere.
 * ``assistant`` declaring calls: dropped when every id it declares is already in
   the ledger (MEM-2); otherwise appended and its new ids recorded.
 
-Every statement is an index look-up: the cost of an append does not depend on
-the length of the buffer, and healing costs one insert per unanswered call.
+A batch reads the stored pairing state of the call ids it names once (their
+results, which are declared), keeps it up to date as it goes, and writes rows
+and ledger entries with ``executemany``. Every statement is an index look-up: the
+cost of an append does not depend on the length of the buffer, and healing costs
+one insert per unanswered call. A window, when set, evicts the oldest messages in
+the same transaction and heals what that leaves unanswered before a user turn.
 """
 
 from __future__ import annotations
