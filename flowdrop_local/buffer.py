@@ -93,7 +93,11 @@ _UNANSWERED = (
     "JOIN messages AS m ON m.id = t.declared_by "
     "WHERE t.buffer_id = ? AND t.answered_by IS NULL ORDER BY m.position, t.ordinal"
 )
-_DECLARING_TURN = (  # the first declaration owns the pairing
+_DECLARING_MESSAGE = (  # the first declaration owns the pairing
+    "SELECT t.declared_by FROM tool_calls AS t JOIN messages AS m ON m.id = t.declared_by "
+    "WHERE t.buffer_id = ? AND t.call_id = ? ORDER BY m.position LIMIT 1"
+)
+_DECLARING_TURN = (
     "SELECT m.position FROM tool_calls AS t JOIN messages AS m ON m.id = t.declared_by "
     "WHERE t.buffer_id = ? AND t.call_id = ? ORDER BY m.position LIMIT 1"
 )
@@ -590,21 +594,25 @@ class Buffer:
 def remove_message(conn: sqlite3.Connection, message_id: str) -> bool:
     """Delete one message inside the caller's transaction, keeping the buffer rules.
 
-    Deleting a declaring turn also deletes the placeholders standing for its
-    calls; deleting a result un-answers its call. Calls left unanswered before a
-    user turn (the next turn declaring the id now owns it) are healed at once, so
-    no stored user turn follows an unanswered call. Returns False if no such message.
+    Deleting the turn that first declared a call also deletes the placeholder
+    standing in its tool run (a placeholder of a call an earlier turn owns stays,
+    so a real result can still replace it in place); deleting a result un-answers
+    its call. Calls left unanswered before a user turn (the next turn declaring
+    the id now owns it) are healed at once, so no stored user turn follows an
+    unanswered call. Returns False if no such message.
     """
     row = conn.execute(_MESSAGE_FOR_REMOVAL, (message_id,)).fetchone()
     if row is None:
         return False
     buffer_id, role, metadata = row
-    conn.execute(_DELETE_ONE, (message_id,))
+    owned: list[tuple[int, str]] = []
     if role == "assistant":
-        conn.executemany(
-            _DELETE_PLACEHOLDER,
-            [(buffer_id, call_id) for call_id in declared_call_ids(json.loads(metadata))],
-        )
+        for call_id in dict.fromkeys(declared_call_ids(json.loads(metadata))):
+            first = conn.execute(_DECLARING_MESSAGE, (buffer_id, call_id)).fetchone()
+            if first is not None and first[0] == message_id:
+                owned.append((buffer_id, call_id))
+    conn.execute(_DELETE_ONE, (message_id,))
+    conn.executemany(_DELETE_PLACEHOLDER, owned)
     healed: list[str] = []
     _heal(conn, buffer_id, None, healed, before_users_only=True)
     if healed:

@@ -179,6 +179,7 @@ def import_records(
     """
     planned = _plan(records)
     imported = healed = dropped = replaced = 0
+    first_line: dict[tuple[str, str, str], int] = {}  # resolved address -> its first line
     with store._write() as conn:
         for plan in planned:
             try:
@@ -191,6 +192,14 @@ def import_records(
                     f"the {plan.address[0]} scope refuses {plan.address[1]!r}: "
                     "not a usable identity",
                 )
+            resolved = (buffer.scope, buffer.scope_id, buffer.key)
+            if resolved in first_line:
+                raise InvalidImport(
+                    plan.lines[0],
+                    f"names buffer {'/'.join(resolved)} with another spelling of its id "
+                    f"than line {first_line[resolved]}",
+                )
+            first_line[resolved] = plan.lines[0]
             existing = buffer._existing_id(conn)
             if (
                 existing is not None

@@ -59,6 +59,9 @@ BAD = [
     ({"role": "user", "content": "x", "tool_calls": [{"id": "c1"}]}, 0, "tool_calls"),
     ({"role": "tool", "content": "x", "tool_call_id": 5}, 0, "tool_call_id"),
     ({"role": "tool", "content": "x", "tool_call_id": ""}, 0, "tool_call_id"),
+    # SQLite's JSON functions end a string at NUL: such an id could not be matched.
+    ({"role": "tool", "content": "x", "tool_call_id": "call\x00A"}, 0, "tool_call_id"),
+    ({"role": "assistant", "tool_calls": [{"id": "call\x00A"}]}, 0, "tool_calls[0].id"),
     ({"role": "user", "content": "x", "tool_call_id": "c1"}, 0, "tool_call_id"),
     (
         {"role": "tool", "content": "x", "tool_call_id": "a", "metadata": {"tool_call_id": "b"}},

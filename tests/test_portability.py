@@ -241,3 +241,17 @@ def test_import_stores_the_canonical_identity(tmp_path: Path) -> None:
     with Store(tmp_path / "x.db") as store:
         store.import_records([{**GOOD, "scope": "user", "scope_id": " 7 "}])
         assert store.buffer("user", "7", "k").read()[0]["content"] == "fine"
+
+
+def test_two_spellings_of_one_identity_in_one_import_are_refused(tmp_path: Path) -> None:
+    """'7' and ' 7' name one user bucket: the import says so instead of mixing or wiping them."""
+    with Store(tmp_path / "x.db") as store:
+        with pytest.raises(InvalidImport, match="another spelling"):
+            store.import_records(
+                [
+                    {**GOOD, "scope": "user", "scope_id": "7", "content": "one"},
+                    {**GOOD, "scope": "user", "scope_id": " 7", "content": "two"},
+                ],
+                replace=True,
+            )
+        assert store.buffers() == []

@@ -295,3 +295,24 @@ def test_mem14_refired_result_reports_nothing_new(store: Store) -> None:
         "appended": result.appended,
         "appended_any": result.appended_any,
     } == expected
+
+
+def test_mem10_deleting_a_later_declaration_keeps_the_owners_placeholder(store: Store) -> None:
+    """MEM-10: after the turn re-declaring a call is deleted, the real result still replaces
+    the placeholder of the turn that owns the call, in place."""
+    from flowdrop_local.buffer import remove_message
+
+    buffer = store.buffer("session", "s1", "chat")
+    buffer.append(
+        [{"role": "user", "content": "q"}, C1_CALL, {"role": "assistant", "content": "text"}]
+    )
+    buffer.append({"role": "user", "content": "next"})  # heals c1 right after its turn
+    redeclared = buffer.append(
+        {"role": "assistant", "tool_calls": [{"tool_call_id": "c1"}, {"tool_call_id": "c2"}]}
+    )
+    with store._write() as conn:
+        assert remove_message(conn, redeclared.message_ids[0])
+    result = buffer.append({"role": "tool", "content": "REAL", "tool_call_id": "c1"})
+    assert len(result.replaced_ids) == 1
+    assert [m["content"] for m in buffer.read()] == ["q", "", "REAL", "text", "next"]
+    assert store.check() == []

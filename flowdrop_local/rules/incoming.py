@@ -213,7 +213,7 @@ def normalize(message: object, index: int = 0) -> Incoming:
                 raise InvalidMessage(
                     index,
                     f"tool_calls[{i}].id",
-                    f"a tool call needs a non-blank string id (tool_call_id or id), "
+                    f"a tool call needs a non-blank string id without NUL (tool_call_id or id), "
                     f"got {call_id!r}",
                 )
             ids.append(call_id)
@@ -232,7 +232,7 @@ def normalize(message: object, index: int = 0) -> Incoming:
         )
     elif not is_usable_call_id(tool_call_id):
         raise InvalidMessage(
-            index, "tool_call_id", f"must be a non-blank string, got {tool_call_id!r}"
+            index, "tool_call_id", f"must be a non-blank string without NUL, got {tool_call_id!r}"
         )
     else:
         metadata["tool_call_id"] = tool_call_id

@@ -26,8 +26,12 @@ def call_id_of(call: Mapping[str, Any]) -> object:
 
 
 def is_usable_call_id(value: object) -> bool:
-    """A usable call id is a string that is not blank."""
-    return isinstance(value, str) and bool(value.strip())
+    """A usable call id is a string that is not blank and holds no NUL character.
+
+    (SQLite's JSON functions end a string at NUL, so the stored id and the one
+    Python read would differ.)
+    """
+    return isinstance(value, str) and bool(value.strip()) and "\x00" not in value
 
 
 def declared_call_ids(metadata: Mapping[str, Any]) -> list[str]:
