@@ -1,0 +1,78 @@
+"""Every statement on the append, heal and read paths is an index search, never a scan.
+
+This is what keeps an append's cost independent of the buffer's length (and it
+failed once: without statistics the planner walked the ledger's primary key for
+unanswered calls, so appends grew 38x from 100 to 100,000 messages). SQLite's own
+EXPLAIN QUERY PLAN is the oracle; no timing is involved.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import flowdrop_local.buffer as buffer_module
+from flowdrop_local import Store
+
+HOT_PATH = [
+    "_BUFFER_STATE",
+    "_FIND_RESULTS",
+    "_KNOWN_DECLARED",
+    "_DECLARE",
+    "_MARK_ANSWERED",
+    "_REPLACE_PLACEHOLDER",
+    "_UNANSWERED",
+    "_DECLARING_TURN",
+    "_DECLARING_MESSAGE",
+    "_SUCCESSOR",
+    "_LAST_USER",
+    "_TAIL",
+    "_NON_TOOL_AFTER",
+    "_SET_COUNT",
+    "_READ_LAST",
+    "_READ_BEFORE",
+    "_POSITION_OF",
+    "_LAST_ROW",
+    "_DELETE_PLACEHOLDER",
+]
+
+
+def _plan(sql: str) -> list[str]:
+    with Store(":memory:") as store:
+        conn = store._connection()
+        # Some rows, so the planner sees real tables rather than empty ones.
+        store.buffer("s", "", "k").append(
+            [
+                {"role": "assistant", "tool_calls": [{"id": "c1"}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "r"},
+                {"role": "user", "content": "u"},
+            ]
+        )
+        numbered = [int(n) for n in re.findall(r"\?(\d+)", sql)]
+        params = ["x"] * (max(numbered) if numbered else sql.count("?"))
+        return [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+
+
+@pytest.mark.parametrize("name", HOT_PATH)
+def test_hot_statements_search_indexes(name: str) -> None:
+    """No full scan of messages, tool_calls or buffers (json_each's own scan is the input)."""
+    plan = _plan(getattr(buffer_module, name))
+    scans = [step for step in plan if re.match(r"SCAN (messages|tool_calls|buffers)\b", step)]
+    assert scans == [], plan
+
+
+@pytest.mark.parametrize("name", ["_BUFFER_STATE", "_UNANSWERED"])
+def test_unanswered_calls_come_from_the_partial_index(name: str) -> None:
+    """Unanswered calls are read from tool_calls_unanswered, not the ledger's primary key."""
+    plan = _plan(getattr(buffer_module, name))
+    assert any("tool_calls_unanswered" in step for step in plan), plan
+
+
+def test_the_backstop_trigger_reads_the_partial_index() -> None:
+    """The MEM-3 trigger runs on every user insert: it must not walk every declared call."""
+    with Store(":memory:") as store:
+        sql = store._connection().execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'messages_user_needs_answered_calls'"
+        ).fetchone()[0]
+    assert "INDEXED BY tool_calls_unanswered" in sql
