@@ -22,10 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 KILLS = 50
 
 
-def run_and_kill(db: Path, tag: str, delay: float, durability: str = "normal") -> list[str]:
-    """Start the appender, SIGKILL it after ``delay`` seconds of appending; its report lines."""
+def start_appender(db: Path, tag: str, durability: str = "normal") -> subprocess.Popen[str]:
+    """Start tests.workers.appender on ``db`` and wait until it has opened the store."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.workers.appender", str(db), tag, "100000", durability],
+        [sys.executable, "-m", "tests.workers.appender", str(db), tag, "1000000", durability],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -33,6 +33,12 @@ def run_and_kill(db: Path, tag: str, delay: float, durability: str = "normal") -
     )
     assert child.stdout is not None
     assert child.stdout.readline().strip() == "ready"
+    return child
+
+
+def run_and_kill(db: Path, tag: str, delay: float, durability: str = "normal") -> list[str]:
+    """Start the appender, SIGKILL it after ``delay`` seconds of appending; its report lines."""
+    child = start_appender(db, tag, durability)
     time.sleep(delay)
     child.send_signal(signal.SIGKILL)
     out, _ = child.communicate()

@@ -13,16 +13,13 @@ fast version that CI runs.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from tests.test_crash import verify
+from tests.test_crash import start_appender, verify
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -44,23 +41,7 @@ def main() -> None:
         for w in range(args.writers):
             tag = f"r{round_}w{w}"
             durability = "full" if rng.random() < 0.2 else "normal"
-            child = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.workers.appender",
-                    str(db),
-                    tag,
-                    "1000000",
-                    durability,
-                ],
-                cwd=ROOT,
-                stdout=subprocess.PIPE,
-                text=True,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
-            )
-            assert child.stdout is not None
-            assert child.stdout.readline().strip() == "ready"
+            child = start_appender(db, tag, durability)
             children[tag] = child
         deadlines = sorted((rng.uniform(0.02, 0.5), tag) for tag in children)
         begun = time.monotonic()
