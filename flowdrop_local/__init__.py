@@ -35,6 +35,7 @@ from .errors import (
     SchemaTooNew,
     SessionStopped,
     StoreClosed,
+    UnsupportedOperation,
 )
 from .memory import MemoryRead, MemoryWrite
 from .model import AppendResult, BufferRef, Message, ToolCall
@@ -98,6 +99,7 @@ __all__ = [
     "StoreClosed",
     "ToolCall",
     "Turn",
+    "UnsupportedOperation",
     "Violation",
     "assemble",
     "call_id_of",

@@ -34,7 +34,8 @@ class Violation:
 
 
 _MESSAGES = (
-    "SELECT id, position, role, metadata FROM messages WHERE buffer_id = ? ORDER BY position"
+    "SELECT id, position, role, metadata, content FROM messages "
+    "WHERE buffer_id = ? ORDER BY position"
 )
 _LEDGER = "SELECT call_id, declared_by, ordinal, answered_by FROM tool_calls WHERE buffer_id = ?"
 
@@ -66,14 +67,30 @@ def check_database(conn: sqlite3.Connection) -> list[Violation]:
 def _check_buffer(
     conn: sqlite3.Connection, buffer_id: int, name: str, stored_count: int
 ) -> list[Violation]:
+    messages = conn.execute(_MESSAGES, (buffer_id,)).fetchall()
+    ledger = conn.execute(_LEDGER, (buffer_id,)).fetchall()
+    return check_rows(name, stored_count, messages, ledger)
+
+
+def check_rows(
+    name: str,
+    stored_count: int,
+    messages: list[tuple[str, str, str, str, str]],
+    ledger_rows: list[tuple[str, str, int, str | None]],
+) -> list[Violation]:
+    """The invariants of one buffer, from its rows (any backend).
+
+    ``messages``: ``(id, position, role, metadata, content)`` in position order;
+    ``ledger_rows``: ``(call_id, declared_by, ordinal, answered_by)``.
+    """
     found: list[Violation] = []
 
     def report(check: str, detail: str, message_id: str | None = None) -> None:
         found.append(Violation(check, detail, name, message_id))
 
+    contents = {id_: content for id_, _, _, _, content in messages}
     rows = [
-        (id_, position, role, json.loads(metadata))
-        for id_, position, role, metadata in conn.execute(_MESSAGES, (buffer_id,))
+        (id_, position, role, json.loads(metadata)) for id_, position, role, metadata, _ in messages
     ]
     if stored_count != len(rows):
         report("count", f"buffers.message_count is {stored_count}, the buffer holds {len(rows)}")
@@ -94,7 +111,7 @@ def _check_buffer(
 
     ledger: dict[tuple[str, str], tuple[int, str | None]] = {
         (call_id, declared_by): (ordinal, answered_by)
-        for call_id, declared_by, ordinal, answered_by in conn.execute(_LEDGER, (buffer_id,))
+        for call_id, declared_by, ordinal, answered_by in ledger_rows
     }
     for (call_id, declared_by), ordinal in declarations.items():
         entry = ledger.get((call_id, declared_by))
@@ -134,7 +151,7 @@ def _check_buffer(
         if role != "tool" or metadata.get("healed") is not True:
             continue
         call_id = metadata.get("tool_call_id")
-        content = conn.execute("SELECT content FROM messages WHERE id = ?", (id_,)).fetchone()[0]
+        content = contents[id_]
         if (
             not isinstance(call_id, str)
             or metadata != placeholder_metadata(call_id)

@@ -104,3 +104,7 @@ class BackupTargetExists(FlowdropError, FileExistsError):
 
 class InvalidArgument(FlowdropError, ValueError):
     """An argument other than a message is out of range (a limit, a window, a setting)."""
+
+
+class UnsupportedOperation(FlowdropError, NotImplementedError):
+    """The operation has no meaning on this backend (the message says what to use instead)."""

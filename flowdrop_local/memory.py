@@ -18,15 +18,7 @@ from .access import ExecutionContext, ScopeResolution, resolve_scope
 from .errors import InvalidAddress, InvalidValue
 
 if TYPE_CHECKING:
-    from .store import Store
-
-_GET = "SELECT value FROM memory WHERE scope = ? AND scope_id = ? AND key = ?"
-_SET = (
-    "INSERT INTO memory (scope, scope_id, key, value) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT (scope, scope_id, key) DO UPDATE SET value = excluded.value, "
-    "updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
-)
-_DELETE = "DELETE FROM memory WHERE scope = ? AND scope_id = ? AND key = ?"
+    from .backends.base import Backend
 
 
 @attrs.frozen
@@ -87,21 +79,21 @@ def _resolve(
 
 
 def get(
-    store: Store, context: ExecutionContext | None, scope: str, key: str, default: Any = None
+    db: Backend, context: ExecutionContext | None, scope: str, key: str, default: Any = None
 ) -> MemoryRead:
     """Read ``key`` in ``scope``; see :meth:`Store.memory_get`."""
     resolution, key = _resolve(context, scope, key)
     if resolution.refused:
         return MemoryRead(default, False, scope, "")
-    with store._read() as conn:
-        row = conn.execute(_GET, (scope, resolution.scope_id, key)).fetchone()
+    with db.read() as tx:
+        row = tx.one("memory_get", (scope, resolution.scope_id, key))
     if row is None:
         return MemoryRead(default, False, scope, resolution.scope_id)
     return MemoryRead(json.loads(row[0]), True, scope, resolution.scope_id)
 
 
 def set_(
-    store: Store, context: ExecutionContext | None, scope: str, key: str, value: Any
+    db: Backend, context: ExecutionContext | None, scope: str, key: str, value: Any
 ) -> MemoryWrite:
     """Store ``value`` under ``key`` in ``scope``; see :meth:`Store.memory_set`."""
     text = _encode(value)
@@ -109,17 +101,17 @@ def set_(
     if resolution.refused:
         return MemoryWrite(False, scope, "")
     address = (scope, resolution.scope_id, key)
-    with store._write() as conn:
-        existed = conn.execute(_GET, address).fetchone() is not None
-        conn.execute(_SET, (*address, text))
+    with db.write() as tx:
+        existed = tx.one("memory_get", address) is not None
+        tx.write("memory_set", (*address, text))
     return MemoryWrite(True, scope, resolution.scope_id, existed)
 
 
-def delete(store: Store, context: ExecutionContext | None, scope: str, key: str) -> MemoryWrite:
+def delete(db: Backend, context: ExecutionContext | None, scope: str, key: str) -> MemoryWrite:
     """Delete ``key`` in ``scope``; see :meth:`Store.memory_delete`."""
     resolution, key = _resolve(context, scope, key)
     if resolution.refused:
         return MemoryWrite(False, scope, "")
-    with store._write() as conn:
-        removed = conn.execute(_DELETE, (scope, resolution.scope_id, key)).rowcount
+    with db.write() as tx:
+        removed = tx.run("memory_delete", (scope, resolution.scope_id, key))
     return MemoryWrite(True, scope, resolution.scope_id, removed > 0)

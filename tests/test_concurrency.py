@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-import flowdrop_local.buffer
+import flowdrop_local.engine
 from flowdrop_local import Store, StoreClosed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,7 +142,7 @@ def test_an_interrupted_append_rolls_back_and_releases_the_lock(
         buffer = store.buffer("s", "", "k")
         buffer.append({"role": "assistant", "tool_calls": [{"id": "c1"}]})
         calls = 0
-        real = flowdrop_local.buffer.key_between
+        real = flowdrop_local.engine.key_between
 
         def failing(a: str | None, b: str | None) -> str:
             nonlocal calls
@@ -151,13 +151,13 @@ def test_an_interrupted_append_rolls_back_and_releases_the_lock(
                 raise interrupt()
             return real(a, b)
 
-        monkeypatch.setattr(flowdrop_local.buffer, "key_between", failing)
+        monkeypatch.setattr(flowdrop_local.engine, "key_between", failing)
         with pytest.raises(interrupt):
             buffer.append(
                 [{"role": "user", "content": "heals c1"}, {"role": "assistant", "content": "x"}]
             )
         monkeypatch.undo()
-        assert not store._connection().in_transaction
+        assert not store.backend.connection().in_transaction
         other = sqlite3.connect(db, isolation_level=None, timeout=0)
         other.execute("BEGIN IMMEDIATE")  # the write lock is free at once
         other.execute("ROLLBACK")
@@ -179,7 +179,7 @@ def test_a_thread_dying_mid_append_leaves_no_transaction(
         def boom(*_: object) -> str:
             raise SystemExit("thread dies")
 
-        monkeypatch.setattr(flowdrop_local.buffer, "key_between", boom)
+        monkeypatch.setattr(flowdrop_local.engine, "key_between", boom)
         thread = threading.Thread(target=buffer.append, args=({"role": "user", "content": "x"},))
         thread.start()
         thread.join()

@@ -49,7 +49,7 @@ def run_and_kill(db: Path, tag: str, delay: float, durability: str = "normal") -
 def verify(db: Path, reported: dict[str, list[str]]) -> int:
     """Integrity, invariants, and every reported append present; returns the message count."""
     with Store(db) as store:
-        conn = store._connection()
+        conn = store.backend.connection()
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert store.check() == []
         history = store.buffer("session", "crash", "chat").read()

@@ -12,35 +12,17 @@ import re
 
 import pytest
 
-import flowdrop_local.buffer as buffer_module
 from flowdrop_local import Store
+from flowdrop_local.backends.sqlite import SQL
 
-HOT_PATH = [
-    "_BUFFER_STATE",
-    "_FIND_RESULTS",
-    "_KNOWN_DECLARED",
-    "_DECLARE",
-    "_MARK_ANSWERED",
-    "_REPLACE_PLACEHOLDER",
-    "_UNANSWERED",
-    "_DECLARING_TURN",
-    "_DECLARING_MESSAGE",
-    "_SUCCESSOR",
-    "_LAST_USER",
-    "_TAIL",
-    "_NON_TOOL_AFTER",
-    "_SET_COUNT",
-    "_READ_LAST",
-    "_READ_BEFORE",
-    "_POSITION_OF",
-    "_LAST_ROW",
-    "_DELETE_PLACEHOLDER",
-]
+# Statements that read everything on purpose (listing, export, the admin's list).
+WHOLE_TABLE = {"list_buffers", "export_all", "session_list_all"}
+HOT_PATH = sorted(name for name in SQL if name not in WHOLE_TABLE)
 
 
 def _plan(sql: str) -> list[str]:
     with Store(":memory:") as store:
-        conn = store._connection()
+        conn = store.backend.connection()
         # Some rows, so the planner sees real tables rather than empty ones.
         store.buffer("s", "", "k").append(
             [
@@ -57,22 +39,22 @@ def _plan(sql: str) -> list[str]:
 @pytest.mark.parametrize("name", HOT_PATH)
 def test_hot_statements_search_indexes(name: str) -> None:
     """No full scan of messages, tool_calls or buffers (json_each's own scan is the input)."""
-    plan = _plan(getattr(buffer_module, name))
+    plan = _plan(SQL[name])
     scans = [step for step in plan if re.match(r"SCAN (messages|tool_calls|buffers)\b", step)]
     assert scans == [], plan
 
 
-@pytest.mark.parametrize("name", ["_BUFFER_STATE", "_UNANSWERED"])
+@pytest.mark.parametrize("name", ["buffer_state", "unanswered_calls"])
 def test_unanswered_calls_come_from_the_partial_index(name: str) -> None:
     """Unanswered calls are read from tool_calls_unanswered, not the ledger's primary key."""
-    plan = _plan(getattr(buffer_module, name))
+    plan = _plan(SQL[name])
     assert any("tool_calls_unanswered" in step for step in plan), plan
 
 
 def test_the_backstop_trigger_reads_the_partial_index() -> None:
     """The MEM-3 trigger runs on every user insert: it must not walk every declared call."""
     with Store(":memory:") as store:
-        sql = store._connection().execute(
+        sql = store.backend.connection().execute(
             "SELECT sql FROM sqlite_master WHERE name = 'messages_user_needs_answered_calls'"
         ).fetchone()[0]
     assert "INDEXED BY tool_calls_unanswered" in sql

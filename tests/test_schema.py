@@ -74,7 +74,7 @@ def test_wheel_ships_schema_inside_the_package(tmp_path: Path) -> None:
 
 
 def _raw(store: Store) -> sqlite3.Connection:
-    return store._connection()
+    return store.backend.connection()
 
 
 def test_backstop_trigger_rejects_a_raw_user_insert_over_an_unanswered_call(

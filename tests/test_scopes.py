@@ -45,7 +45,7 @@ HELLO = {"role": "user", "content": "hello"}
 def traced(store: Store) -> Iterator[list[str]]:
     """Every SQL statement the store's connection executes inside the block."""
     statements: list[str] = []
-    conn = store._connection()
+    conn = store.backend.connection()
     conn.set_trace_callback(statements.append)
     try:
         yield statements
@@ -278,12 +278,11 @@ def test_refused_buffer_reads_and_validates_like_a_buffer(store: Store) -> None:
 def test_refused_buffer_fails_closed_on_any_storage_path(store: Store) -> None:
     """A path that would reach storage through a refused buffer raises instead of writing."""
     buffer = store.buffer_for(None, "session", "chat")
-    conn = store._connection()
-    with pytest.raises(AccessDenied) as denied:
-        buffer._append(conn, [])
+    with store.backend.write() as tx, pytest.raises(AccessDenied) as denied:
+        buffer.append_in(tx, [])
     assert denied.value.error_code == "scope_refused"
     with pytest.raises(AccessDenied) as denied:
-        buffer.store._write()
+        buffer.db.write()
     assert denied.value.error_code == "scope_refused"
     assert store.buffers() == []
 
@@ -464,7 +463,7 @@ def test_schema_backstops_the_shared_bucket_spellings(
     """A writer bypassing the library cannot put '' or '0' in an identity slot."""
     before = snapshot(db_path)
     with pytest.raises(sqlite3.IntegrityError):
-        file_store._connection().execute(
+        file_store.backend.connection().execute(
             sql.replace("{uuid}", "0" * 8 + "-0000-7000-8000-" + "0" * 12)
         )
     assert snapshot(db_path) == before

@@ -300,7 +300,7 @@ def test_mem14_refired_result_reports_nothing_new(store: Store) -> None:
 def test_mem10_deleting_a_later_declaration_keeps_the_owners_placeholder(store: Store) -> None:
     """MEM-10: after the turn re-declaring a call is deleted, the real result still replaces
     the placeholder of the turn that owns the call, in place."""
-    from flowdrop_local.buffer import remove_message
+    from flowdrop_local import engine
 
     buffer = store.buffer("session", "s1", "chat")
     buffer.append(
@@ -310,8 +310,8 @@ def test_mem10_deleting_a_later_declaration_keeps_the_owners_placeholder(store: 
     redeclared = buffer.append(
         {"role": "assistant", "tool_calls": [{"tool_call_id": "c1"}, {"tool_call_id": "c2"}]}
     )
-    with store._write() as conn:
-        assert remove_message(conn, redeclared.message_ids[0])
+    with store.backend.write() as tx:
+        assert engine.drive(engine.remove_message(redeclared.message_ids[0]), tx)
     result = buffer.append({"role": "tool", "content": "REAL", "tool_call_id": "c1"})
     assert len(result.replaced_ids) == 1
     assert [m["content"] for m in buffer.read()] == ["q", "", "REAL", "text", "next"]

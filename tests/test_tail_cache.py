@@ -38,7 +38,7 @@ def test_a_rolled_back_append_leaves_the_cache_right(tmp_path: Path) -> None:
     with Store(tmp_path / "x.db") as store:
         buffer = store.buffer("s", "", "k")
         buffer.append({"role": "assistant", "tool_calls": [{"id": "c1"}]})
-        conn = store._connection()
+        conn = store.backend.connection()
         conn.execute(
             "CREATE TEMP TRIGGER boom AFTER INSERT ON main.messages "
             "WHEN NEW.content = 'boom' BEGIN SELECT RAISE(ABORT, 'boom'); END"

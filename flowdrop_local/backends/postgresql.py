@@ -1,0 +1,647 @@
+"""The PostgreSQL backend: a connection pool, per-buffer locks and pipelined writes.
+
+Connection policy: a pool (``psycopg_pool.ConnectionPool``), so one backend is
+safe to share between threads; several processes and machines may open the same
+database. Each transaction borrows one connection for its duration.
+
+MEM-12 per buffer: an append locks its buffer's row (``SELECT ... FOR UPDATE``)
+before it reads the buffer's state, so appends to one buffer serialise while
+appends to different buffers run in parallel. Past ``lock_warning_after`` one
+warning is logged and the append keeps waiting: an append that went ahead
+unserialised would race its neighbour for the next position, and the unique key
+would abort one of them, losing a turn. Deadlocks and serialisation failures are
+retried inside the library (bounded, with backoff) when the whole transaction
+can be run again (:meth:`PostgresBackend.transact`).
+
+Round trips: statements whose result the engine does not need (``write`` and
+``many`` steps) are queued and sent in one pipeline with the next read or with
+the ``COMMIT``. A plain append is two round trips: lock + state, then insert +
+count + commit. Healing k calls adds no round trip per call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import random
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any, TypeVar
+
+try:
+    import psycopg
+    import psycopg_pool
+    from psycopg import errors as pg_errors
+except ImportError as missing:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "the PostgreSQL backend needs psycopg 3 and psycopg_pool: "
+        "pip install 'flowdrop-local[postgresql]'"
+    ) from missing
+
+from ..check import Violation, check_rows
+from ..engine import BufferState
+from ..errors import (
+    FlowdropError,
+    InvalidMessage,
+    NotADatabase,
+    NotAFlowdropDatabase,
+    ReadOnlyStore,
+    SchemaTooNew,
+    StoreClosed,
+    UnsupportedOperation,
+)
+from .base import Backend, Durability, Tx
+
+log = logging.getLogger("flowdrop_local")
+
+APPLICATION_ID = "1178881107"
+SCHEMA_VERSION = 2
+_RETRIES = 8
+T = TypeVar("T")
+
+_SESSION_COLUMNS = (
+    "id, workflow_id, name, owner_id, status, conversation, metadata, created_at, updated_at, "
+    "(SELECT coalesce(json_agg(user_id), '[]')::text FROM session_viewers "
+    "WHERE session_id = sessions.id)"
+)
+_AT = (
+    "buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
+    "WHERE b.scope = %s AND b.scope_id = %s AND b.key = %s"
+)
+_NOW = "flowdrop_now()"
+
+# The named statements, in PostgreSQL's dialect (the same names as backends/sqlite.py).
+SQL: dict[str, str] = {
+    # ----------------------------------------------------------- the append engine
+    "find_buffer": "SELECT id FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s",
+    "create_buffer": (
+        "INSERT INTO buffers (scope, scope_id, key) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
+    ),
+    "buffer_state": (
+        "SELECT message_count, (SELECT max(position) FROM messages WHERE buffer_id = %(id)s), "
+        "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = %(id)s AND answered_by IS NULL) "
+        "FROM buffers WHERE id = %(id)s"
+    ),
+    "insert_message": (
+        "INSERT INTO messages "
+        "(id, buffer_id, position, role, content, content_parts, metadata, created_at) "
+        f"VALUES (%s, %s, %s, %s, %s, %s, %s, coalesce(%s, {_NOW}))"
+    ),
+    "find_results": (
+        "SELECT tool_call_id, id, healed FROM messages "
+        "WHERE buffer_id = %s AND tool_call_id = ANY(%s)"
+    ),
+    "known_declared": (
+        "SELECT DISTINCT call_id FROM tool_calls WHERE buffer_id = %s AND call_id = ANY(%s)"
+    ),
+    "declare_call": (
+        "INSERT INTO tool_calls (buffer_id, call_id, declared_by, ordinal, answered_by) "
+        "VALUES (%(b)s, %(c)s, %(d)s, %(o)s, "
+        "(SELECT id FROM messages WHERE buffer_id = %(b)s AND tool_call_id = %(c)s)) "
+        "ON CONFLICT DO NOTHING"
+    ),
+    "mark_answered": (
+        "UPDATE tool_calls SET answered_by = %s WHERE buffer_id = %s AND call_id = %s"
+    ),
+    "replace_placeholder": (
+        "UPDATE messages SET content = %s, content_parts = %s, metadata = %s "
+        "WHERE buffer_id = %s AND id = %s"
+    ),
+    "set_count": "UPDATE buffers SET message_count = %s WHERE id = %s",
+    "add_count": "UPDATE buffers SET message_count = message_count + %s WHERE id = %s",
+    "unanswered_calls": (
+        "SELECT m.position, t.call_id FROM tool_calls AS t "
+        "JOIN messages AS m ON m.buffer_id = t.buffer_id AND m.id = t.declared_by "
+        "WHERE t.buffer_id = %s AND t.answered_by IS NULL ORDER BY m.position, t.ordinal"
+    ),
+    "declaring_turn": (
+        "SELECT m.position FROM tool_calls AS t "
+        "JOIN messages AS m ON m.buffer_id = t.buffer_id AND m.id = t.declared_by "
+        "WHERE t.buffer_id = %s AND t.call_id = %s ORDER BY m.position LIMIT 1"
+    ),
+    "declaring_message": (
+        "SELECT t.declared_by FROM tool_calls AS t "
+        "JOIN messages AS m ON m.buffer_id = t.buffer_id AND m.id = t.declared_by "
+        "WHERE t.buffer_id = %s AND t.call_id = %s ORDER BY m.position LIMIT 1"
+    ),
+    "non_tool_after": (
+        "SELECT 1 FROM messages WHERE buffer_id = %s AND position > %s AND role <> 'tool' LIMIT 1"
+    ),
+    "last_user": (
+        "SELECT position FROM messages WHERE buffer_id = %s AND role = 'user' "
+        "ORDER BY position DESC LIMIT 1"
+    ),
+    "tail": "SELECT max(position) FROM messages WHERE buffer_id = %s",
+    "successor": (
+        "SELECT position FROM messages WHERE buffer_id = %s AND position > %s "
+        "ORDER BY position LIMIT 1"
+    ),
+    "evict_oldest": (
+        "DELETE FROM messages WHERE buffer_id = %(b)s AND id IN "
+        "(SELECT id FROM messages WHERE buffer_id = %(b)s ORDER BY position LIMIT %(n)s)"
+    ),
+    "first_message": (
+        "SELECT id, role FROM messages WHERE buffer_id = %s ORDER BY position LIMIT 1"
+    ),
+    "delete_message": "DELETE FROM messages WHERE buffer_id = %s AND id = %s",
+    "message_for_removal": "SELECT buffer_id, role, metadata FROM messages WHERE id = %s",
+    "delete_placeholder": (
+        "DELETE FROM messages WHERE buffer_id = %s AND tool_call_id = %s AND healed = 1"
+    ),
+    "last_message": (
+        "SELECT id, role, content, content_parts, metadata FROM messages "
+        "WHERE buffer_id = %s ORDER BY position DESC LIMIT 1"
+    ),
+    # ------------------------------------------------------------------ reads
+    "count": "SELECT message_count FROM buffers WHERE id = %s",
+    "count_at": (
+        "SELECT message_count FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s"
+    ),
+    "read_all_at": (
+        f"SELECT m.role, m.content, m.content_parts, m.metadata FROM {_AT} ORDER BY m.position"
+    ),
+    "read_last_at": (
+        "SELECT m.role, m.content, m.content_parts, m.metadata "
+        f"FROM {_AT} ORDER BY m.position DESC LIMIT %s"
+    ),
+    "read_before": (
+        "SELECT role, content, content_parts, metadata FROM messages "
+        "WHERE buffer_id = %s AND position < %s ORDER BY position DESC LIMIT %s"
+    ),
+    "position_of": "SELECT position FROM messages WHERE buffer_id = %s AND id = %s",
+    "messages_all_at": (
+        "SELECT m.id, m.position, m.role, m.content, m.content_parts, m.metadata, m.created_at "
+        f"FROM {_AT} ORDER BY m.position"
+    ),
+    "messages_last_at": (
+        "SELECT m.id, m.position, m.role, m.content, m.content_parts, m.metadata, m.created_at "
+        f"FROM {_AT} ORDER BY m.position DESC LIMIT %s"
+    ),
+    "clear_ledger": "DELETE FROM tool_calls WHERE buffer_id = %s",
+    "clear_messages": "DELETE FROM messages WHERE buffer_id = %s",
+    "list_buffers": (
+        "SELECT scope, scope_id, key, message_count FROM buffers "
+        "WHERE message_count > 0 ORDER BY scope COLLATE \"C\", scope_id COLLATE \"C\", "
+        "key COLLATE \"C\""
+    ),
+    # ----------------------------------------------------------------- memory
+    "memory_get": "SELECT value FROM memory WHERE scope = %s AND scope_id = %s AND key = %s",
+    "memory_set": (
+        "INSERT INTO memory (scope, scope_id, key, value) VALUES (%s, %s, %s, %s) "
+        "ON CONFLICT (scope, scope_id, key) DO UPDATE SET value = excluded.value, "
+        f"updated_at = {_NOW}"
+    ),
+    "memory_delete": "DELETE FROM memory WHERE scope = %s AND scope_id = %s AND key = %s",
+    # --------------------------------------------------------------- sessions
+    # Loaded FOR UPDATE in a write: a revoke cannot commit between a decision
+    # and the write that acts on it.
+    "session_load": f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = %s",
+    "session_insert": (
+        "INSERT INTO sessions (id, workflow_id, name, owner_id, metadata) "
+        "VALUES (%s, %s, %s, %s, %s)"
+    ),
+    "session_list_all": (
+        f"SELECT {_SESSION_COLUMNS} FROM sessions "
+        "WHERE %(w)s::text IS NULL OR workflow_id = %(w)s ORDER BY created_at, id"
+    ),
+    "session_list_for": (
+        f"SELECT {_SESSION_COLUMNS} FROM sessions "
+        "WHERE (owner_id = %(u)s "
+        "OR id IN (SELECT session_id FROM session_viewers WHERE user_id = %(u)s)) "
+        "AND (%(w)s::text IS NULL OR workflow_id = %(w)s) ORDER BY created_at, id"
+    ),
+    "session_set_status": "UPDATE sessions SET status = %s WHERE id = %s",
+    "session_reset": "UPDATE sessions SET conversation = conversation + 1 WHERE id = %s",
+    "session_touch": f"UPDATE sessions SET updated_at = {_NOW} WHERE id = %s",
+    "session_grant": (
+        "INSERT INTO session_viewers (user_id, session_id) VALUES (%s, %s) ON CONFLICT DO NOTHING"
+    ),
+    "session_revoke": "DELETE FROM session_viewers WHERE user_id = %s AND session_id = %s",
+    "session_viewers": (
+        "SELECT user_id FROM session_viewers WHERE session_id = %s ORDER BY user_id COLLATE \"C\""
+    ),
+    "message_home": (
+        "SELECT b.scope, b.scope_id FROM messages AS m JOIN buffers AS b ON b.id = m.buffer_id "
+        "WHERE m.id = %s"
+    ),
+    "message_by_id": (
+        "SELECT id, position, role, content, content_parts, metadata, created_at "
+        "FROM messages WHERE id = %s"
+    ),
+    "update_message": "UPDATE messages SET content = %s, content_parts = %s WHERE id = %s",
+    "is_placeholder": "SELECT healed FROM messages WHERE id = %s",
+    # ------------------------------------------------------------- portability
+    "export_all": (
+        "SELECT b.scope, b.scope_id, b.key, m.id, m.position, m.role, m.content, "
+        "m.content_parts, m.metadata, m.created_at "
+        "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
+        "ORDER BY b.scope COLLATE \"C\", b.scope_id COLLATE \"C\", b.key COLLATE \"C\", m.position"
+    ),
+    "export_one": (
+        "SELECT b.scope, b.scope_id, b.key, m.id, m.position, m.role, m.content, "
+        "m.content_parts, m.metadata, m.created_at "
+        f"FROM {_AT} ORDER BY m.position"
+    ),
+}
+
+# Statements written with named parameters: the engine's positional rows map onto them.
+_NAMED: dict[str, tuple[str, ...]] = {
+    "buffer_state": ("id",),
+    "declare_call": ("b", "c", "d", "o"),
+    "evict_oldest": ("b", "n"),
+    "session_list_all": ("w",),
+    "session_list_for": ("u", "w"),
+}
+# Steps whose parameters name a message by id alone but PostgreSQL keys it by buffer.
+_STATE = (
+    "SELECT id, message_count, (SELECT max(position) FROM messages WHERE buffer_id = buffers.id), "
+    "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = buffers.id AND answered_by IS NULL) "
+    "FROM buffers WHERE id = %s"
+)
+_LOCK_AT = (
+    "SELECT id FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s FOR UPDATE"
+)
+_LOCK_ID = "SELECT id FROM buffers WHERE id = %s FOR UPDATE"
+_STATE_AT = (
+    "SELECT id, message_count, (SELECT max(position) FROM messages WHERE buffer_id = buffers.id), "
+    "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = buffers.id AND answered_by IS NULL) "
+    "FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s"
+)
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    return _PASSWORD.sub(r"\1***@", url)
+
+
+def _params(statement: str, params: Any) -> Any:
+    names = _NAMED.get(statement)
+    if names is None:
+        return params
+    return dict(zip(names, params, strict=True))
+
+
+@functools.cache
+def schema_sql() -> str:
+    """The text of postgresql.sql, shipped inside the package."""
+    return resources.files(__package__).joinpath("postgresql.sql").read_text(encoding="utf-8")
+
+
+class _PgTx(Tx):
+    """A transaction on one pooled connection; writes wait for the next round trip."""
+
+    def __init__(self, backend: PostgresBackend, conn: psycopg.Connection[Any]) -> None:
+        self._backend = backend
+        self.conn = conn
+        self.cursor = conn.cursor()
+        self._queued: list[tuple[str, Any, bool]] = []  # (sql, params, many)
+        self.fresh = True  # nothing sent yet: a lock timeout may restart the transaction
+
+    # Writes are queued; every read sends them first, in one pipeline.
+    def _send(self, sql: str | None = None, params: Any = None) -> psycopg.Cursor[Any]:
+        cursor = self.cursor
+        queued = self._queued
+        self.fresh = False
+        if not queued:
+            if sql is not None:
+                cursor.execute(sql, params, prepare=True)
+            return cursor
+        self._queued = []
+        with self.conn.pipeline():
+            for text, values, many in queued:
+                if many:
+                    cursor.executemany(text, values)
+                else:
+                    cursor.execute(text, values, prepare=True)
+            if sql is not None:
+                cursor.execute(sql, params, prepare=True)
+        return cursor
+
+    def one(self, statement: str, params: Any = ()) -> Any:
+        return self._send(SQL[statement], _params(statement, params)).fetchone()
+
+    def all(self, statement: str, params: Any = ()) -> list[Any]:
+        return self._send(SQL[statement], _params(statement, params)).fetchall()
+
+    def run(self, statement: str, params: Any = ()) -> int:
+        return self._send(SQL[statement], _params(statement, params)).rowcount
+
+    def write(self, statement: str, params: Any = ()) -> None:
+        self._queued.append((SQL[statement], _params(statement, params), False))
+
+    def many(self, statement: str, rows: Any) -> None:
+        rows = [_params(statement, row) for row in rows] if statement in _NAMED else rows
+        self._queued.append((SQL[statement], rows, True))
+
+    def scan(self, statement: str, params: Any = (), size: int = 1000) -> Iterator[Any]:
+        self._send()
+        with self.conn.cursor(name=f"flowdrop_scan_{id(self)}") as named:
+            named.itersize = size
+            named.execute(SQL[statement], _params(statement, params))
+            yield from named
+
+    def open(self, statement: str, params: Any) -> BufferState:
+        scope, scope_id, key, known_id = params
+        lock, lock_params = (_LOCK_AT, (scope, scope_id, key)) if known_id is None else (
+            _LOCK_ID,
+            (known_id,),
+        )
+        row = self._locked_state(lock, lock_params, known_id, (scope, scope_id, key))
+        if row is None:  # a new buffer: create it, then lock it
+            self.cursor.execute(SQL["create_buffer"], (scope, scope_id, key))
+            row = self._locked_state(_LOCK_AT, (scope, scope_id, key), None, (scope, scope_id, key))
+            assert row is not None
+        buffer_id, count, tail, dangling = row
+        return BufferState(buffer_id, count, tail, bool(dangling))
+
+    def _locked_state(
+        self, lock: str, lock_params: Any, known_id: int | None, address: tuple[str, str, str]
+    ) -> Any:
+        """Lock the buffer row, then read its state in a statement of its own.
+
+        Both go in one pipeline; at READ COMMITTED the second statement takes its
+        snapshot after the lock was granted, so it sees every append before ours.
+        """
+        state, state_params = (_STATE_AT, address) if known_id is None else (_STATE, (known_id,))
+        warn_after = self._backend.lock_warning_after
+        fresh = self.fresh
+        self._send()  # queued writes (none on an append) go first
+        cursor = self.cursor
+        if fresh:
+            cursor.execute(f"SET LOCAL lock_timeout = {int(warn_after * 1000)}")
+        try:
+            with self.conn.pipeline():
+                cursor.execute(lock, lock_params, prepare=True)
+                locked = cursor.fetchone() if fresh else None
+                cursor.execute(state, state_params, prepare=True)
+        except pg_errors.LockNotAvailable:
+            # Nothing else was done in this transaction: start it again and wait.
+            self.conn.rollback()
+            log.warning(
+                "flowdrop_local: waited %.1f s for buffer %s/%s/%s on %s; still waiting",
+                warn_after,
+                *address,
+                self._backend.where,
+            )
+            cursor.execute(lock, lock_params)
+            locked = cursor.fetchone()
+            cursor.execute(state, state_params)
+        del locked
+        return cursor.fetchone()
+
+    def remember(self, state: BufferState) -> None:
+        """PostgreSQL reads the state under the row lock each time: nothing to keep."""
+
+    def commit(self) -> None:
+        if self._queued:
+            self._send()  # the queue and the COMMIT: one round trip in the pipeline
+        self.conn.commit()
+
+
+class PostgresBackend(Backend):
+    """A flowdrop_local PostgreSQL database; see the module docstring.
+
+    Raises:
+        NotADatabase: the server cannot be reached (the message has no password).
+        NotAFlowdropDatabase, SchemaTooNew: the database holds tables that are not ours,
+            or a newer schema.
+    """
+
+    kind = "postgresql"
+
+    def __init__(
+        self,
+        target: str | psycopg_pool.ConnectionPool[Any],
+        *,
+        durability: Durability = "normal",
+        lock_warning_after: float = 5.0,
+        read_only: bool = False,
+        create: bool = True,
+    ) -> None:
+        if durability != "normal":
+            raise UnsupportedOperation(
+                "durability= is a SQLite setting; on PostgreSQL set synchronous_commit "
+                "on the server (a committed transaction is durable by default)"
+            )
+        if read_only:
+            raise UnsupportedOperation(
+                "read_only= is a SQLite setting; on PostgreSQL connect as a role that "
+                "only has SELECT privileges"
+            )
+        self.durability = durability
+        self.read_only = False
+        self.lock_warning_after = lock_warning_after
+        self._closed = True
+        if isinstance(target, str):
+            self.where = redact(target)
+            try:
+                self._pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+                    target, min_size=1, max_size=8, open=False, kwargs={"autocommit": False}
+                )
+                self._pool.open(wait=True, timeout=30)
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
+                raise NotADatabase(f"cannot connect to {self.where}: {_redacted(error)}") from None
+            self._owns_pool = True
+        else:
+            self._pool = target
+            self.where = "a psycopg pool"
+            self._owns_pool = False
+        try:
+            self._prepare(create)
+        except BaseException:
+            if self._owns_pool:
+                self._pool.close()
+            raise
+        self._closed = False
+
+    # ------------------------------------------------------------------ schema
+
+    def _prepare(self, create: bool) -> None:
+        with self._pool.connection() as conn:
+            conn.autocommit = False
+            version = _schema_version(conn, self.where)
+            if version == SCHEMA_VERSION:
+                conn.rollback()
+                return
+            # Create it, serialised against other processes doing the same.
+            conn.execute("SELECT pg_advisory_xact_lock(4604935500)")
+            version = _schema_version(conn, self.where)
+            if version is None:
+                if not create:
+                    raise NotAFlowdropDatabase(f"{self.where} holds no flowdrop_local schema")
+                conn.execute(schema_sql().encode())
+            conn.commit()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self._owns_pool:
+                self._pool.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def ensure_open(self) -> None:
+        if self._closed:
+            raise StoreClosed(f"the store {self.where!r} is closed")
+
+    # ------------------------------------------------------------- transactions
+
+    def transact(self, work: Callable[[Tx], T], *, keep_tails: bool = False) -> T:
+        """Run ``work`` in a write transaction, again after a deadlock or serialisation failure."""
+        for attempt in range(_RETRIES):
+            try:
+                with self.write() as tx:
+                    return work(tx)
+            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+                if attempt == _RETRIES - 1:
+                    raise
+                time.sleep(random.uniform(0, 0.01 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    @contextmanager
+    def write(self, *, keep_tails: bool = False) -> Iterator[Tx]:
+        self.ensure_open()
+        with self._pool.connection() as conn:
+            tx = _PgTx(self, conn)
+            try:
+                yield tx
+                tx.commit()
+            except BaseException as error:
+                _rollback(conn)
+                raise self._translated(error) from None
+
+    @contextmanager
+    def read(self, *, snapshot: bool = True) -> Iterator[Tx]:
+        self.ensure_open()
+        with self._pool.connection() as conn:
+            if not snapshot:
+                conn.autocommit = True
+            elif conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            tx = _PgTx(self, conn)
+            try:
+                yield tx
+            except psycopg.Error as error:
+                raise self._translated(error) from None
+            finally:
+                _rollback(conn)
+                conn.autocommit = False
+
+    def _translated(self, error: BaseException) -> BaseException:
+        if isinstance(error, pg_errors.ReadOnlySqlTransaction | pg_errors.InsufficientPrivilege):
+            return ReadOnlyStore(f"{self.where}: {error}")
+        if isinstance(
+            error, pg_errors.UntranslatableCharacter | pg_errors.CharacterNotInRepertoire
+        ):
+            return InvalidMessage(0, "content", f"PostgreSQL cannot store it: {error}")
+        if isinstance(error, psycopg.DataError) and "NUL" in str(error):
+            return InvalidMessage(0, "content", "PostgreSQL text cannot hold a NUL character")
+        if isinstance(error, psycopg.OperationalError):
+            return FlowdropError(f"{self.where}: {_redacted(error)}")
+        return error
+
+    # ------------------------------------------------------------- maintenance
+
+    def check(self) -> list[Violation]:
+        with self.read() as tx:
+            assert isinstance(tx, _PgTx)
+            violations = _schema_violations(tx.conn)
+            buffers = tx.cursor.execute(
+                "SELECT id, scope, scope_id, key, message_count FROM buffers"
+            ).fetchall()
+            for buffer_id, scope, scope_id, key, count in buffers:
+                messages = tx.cursor.execute(
+                    "SELECT id, position, role, metadata, content FROM messages "
+                    "WHERE buffer_id = %s ORDER BY position",
+                    (buffer_id,),
+                ).fetchall()
+                ledger = tx.cursor.execute(
+                    "SELECT call_id, declared_by, ordinal, answered_by FROM tool_calls "
+                    "WHERE buffer_id = %s",
+                    (buffer_id,),
+                ).fetchall()
+                violations += check_rows(f"{scope}/{scope_id}/{key}", count, messages, ledger)
+            return violations
+
+    def vacuum(self) -> None:
+        raise UnsupportedOperation(
+            "vacuum compacts a SQLite file; PostgreSQL runs autovacuum (or run VACUUM there)"
+        )
+
+    def backup(self, path: str) -> None:
+        raise UnsupportedOperation(
+            "backup copies a SQLite file; on PostgreSQL use pg_dump, or "
+            f"'flowdrop-local copy {self.where} {path}' for a SQLite copy"
+        )
+
+
+def _rollback(conn: psycopg.Connection[Any]) -> None:
+    with contextlib.suppress(psycopg.Error):  # a broken connection: the pool replaces it
+        conn.rollback()
+
+
+def _redacted(error: BaseException) -> str:
+    return redact(str(error))
+
+
+def _schema_version(conn: psycopg.Connection[Any], where: str) -> int | None:
+    """The schema version of the database, None when it has no tables of ours."""
+    tables = {
+        row[0]
+        for row in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+        )
+    }
+    if "flowdrop_meta" not in tables:
+        ours = {"buffers", "messages", "tool_calls", "memory", "sessions", "session_viewers"}
+        if tables & ours:
+            raise NotAFlowdropDatabase(
+                f"{where} has tables named like ours ({', '.join(sorted(tables & ours))}) "
+                "but is not a flowdrop_local database"
+            )
+        return None
+    meta = dict(conn.execute("SELECT name, value FROM flowdrop_meta").fetchall())
+    if meta.get("application_id") != APPLICATION_ID:
+        raise NotAFlowdropDatabase(f"{where} is not a flowdrop_local database")
+    version = int(meta.get("schema_version", "0"))
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"{where} has schema version {version}; this flowdrop_local reads up to "
+            f"{SCHEMA_VERSION}: upgrade flowdrop_local"
+        )
+    if version < SCHEMA_VERSION:
+        raise NotAFlowdropDatabase(f"{where} has unknown flowdrop_local schema version {version}")
+    return version
+
+
+def _schema_violations(conn: psycopg.Connection[Any]) -> list[Violation]:
+    """The schema check: every table of ours is there with its triggers."""
+    found: list[Violation] = []
+    expected_triggers = {
+        "messages_count_delete",
+        "messages_user_needs_answered_calls",
+        "messages_place_is_fixed",
+    }
+    triggers = {
+        row[0]
+        for row in conn.execute(
+            "SELECT tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+            "WHERE NOT t.tgisinternal AND c.relnamespace = current_schema()::regnamespace "
+            "AND c.relname IN ('buffers', 'messages', 'tool_calls', 'memory', 'sessions', "
+            "'session_viewers')"
+        )
+    }
+    for name in sorted(expected_triggers - triggers):
+        found.append(Violation("schema", f"trigger {name} is missing"))
+    for name in sorted(triggers - expected_triggers):
+        found.append(Violation("schema", f"trigger {name} on our tables is not ours"))
+    return found

@@ -1,0 +1,549 @@
+"""The SQLite backend: one file, one connection, and the transactions around it.
+
+Connection policy: a backend owns one connection, shared by all threads of the
+process and serialised by a re-entrant lock. One connection is what makes
+``":memory:"`` a single database for every thread, and SQLite takes one writer at
+a time anyway; the lock costs a read only the wait for a write in progress in
+this process. Other processes open their own and queue on SQLite's write lock
+(WAL mode: readers never wait for writers). SQLite locks the whole file, so
+appends to different buffers serialise too (PostgreSQL locks one buffer row).
+
+Every write is :meth:`SqliteBackend.write`: ``BEGIN IMMEDIATE`` (the write lock is
+taken before anything is read, so a read-then-write transaction can never fail
+half way with "database is locked"), then one ``COMMIT``, or a ``ROLLBACK`` on
+any exception, ``KeyboardInterrupt`` included.
+
+The tail cache: what the append path knows of each buffer it wrote (its
+:class:`~flowdrop_local.engine.BufferState`) is kept between appends, valid while
+no other connection has committed (``PRAGMA data_version``, read after every
+``BEGIN IMMEDIATE``) and this one wrote nothing else (``total_changes``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+import urllib.parse
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .._schema import prepare
+from ..check import Violation, check_database
+from ..engine import BufferState
+from ..errors import (
+    BackupTargetExists,
+    FlowdropError,
+    InvalidArgument,
+    NotADatabase,
+    ReadOnlyStore,
+    StoreClosed,
+)
+from .base import Backend, Durability, Tx
+
+log = logging.getLogger("flowdrop_local")
+
+_SYNCHRONOUS: dict[str, str] = {"normal": "NORMAL", "full": "FULL"}
+_LIVE: weakref.WeakSet[SqliteBackend] = weakref.WeakSet()
+
+_SESSION_COLUMNS = (
+    "id, workflow_id, name, owner_id, status, conversation, metadata, created_at, updated_at, "
+    "(SELECT json_group_array(user_id) FROM session_viewers WHERE session_id = sessions.id)"
+)
+
+# The messages of the buffer at an address (scope, scope_id, key): one statement.
+_AT = (
+    "buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
+    "WHERE b.scope = ? AND b.scope_id = ? AND b.key = ?"
+)
+
+# The named statements of the engine and the handles, in SQLite's dialect
+# (backends/postgresql.py defines the same names; a test holds them together).
+SQL: dict[str, str] = {
+    # ----------------------------------------------------------- the append engine
+    "find_buffer": "SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?",
+    "create_buffer": "INSERT OR IGNORE INTO buffers (scope, scope_id, key) VALUES (?, ?, ?)",
+    "buffer_state": (
+        "SELECT message_count, (SELECT max(position) FROM messages WHERE buffer_id = ?1), "
+        "EXISTS (SELECT 1 FROM tool_calls INDEXED BY tool_calls_unanswered "
+        "WHERE buffer_id = ?1 AND answered_by IS NULL) "
+        "FROM buffers WHERE id = ?1"
+    ),
+    "insert_message": (
+        "INSERT INTO messages "
+        "(id, buffer_id, position, role, content, content_parts, metadata, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, coalesce(?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))"
+    ),
+    "find_results": (
+        "SELECT tool_call_id, id, healed FROM messages "
+        "WHERE buffer_id = ? AND tool_call_id IN (SELECT value FROM json_each(?))"
+    ),
+    "known_declared": (
+        "SELECT DISTINCT call_id FROM tool_calls WHERE buffer_id = ? "
+        "AND call_id IN (SELECT value FROM json_each(?))"
+    ),
+    # One row per declaration (a turn naming an id twice keeps its first ordinal);
+    # a result stored earlier already answers it.
+    "declare_call": (
+        "INSERT OR IGNORE INTO tool_calls (buffer_id, call_id, declared_by, ordinal, answered_by) "
+        "VALUES (?1, ?2, ?3, ?4, "
+        "(SELECT id FROM messages WHERE buffer_id = ?1 AND tool_call_id = ?2))"
+    ),
+    "mark_answered": "UPDATE tool_calls SET answered_by = ? WHERE buffer_id = ? AND call_id = ?",
+    "replace_placeholder": (
+        "UPDATE messages SET content = ?, content_parts = ?, metadata = ? "
+        "WHERE buffer_id = ? AND id = ?"
+    ),
+    "set_count": "UPDATE buffers SET message_count = ? WHERE id = ?",
+    "add_count": "UPDATE buffers SET message_count = message_count + ? WHERE id = ?",
+    # INDEXED BY: the planner, without statistics, prefers the primary key, which
+    # walks every declared call of the buffer instead of the unanswered ones.
+    "unanswered_calls": (
+        "SELECT m.position, t.call_id FROM tool_calls AS t INDEXED BY tool_calls_unanswered "
+        "JOIN messages AS m ON m.id = t.declared_by "
+        "WHERE t.buffer_id = ? AND t.answered_by IS NULL ORDER BY m.position, t.ordinal"
+    ),
+    "declaring_turn": (  # the first declaration owns the pairing
+        "SELECT m.position FROM tool_calls AS t JOIN messages AS m ON m.id = t.declared_by "
+        "WHERE t.buffer_id = ? AND t.call_id = ? ORDER BY m.position LIMIT 1"
+    ),
+    "declaring_message": (
+        "SELECT t.declared_by FROM tool_calls AS t JOIN messages AS m ON m.id = t.declared_by "
+        "WHERE t.buffer_id = ? AND t.call_id = ? ORDER BY m.position LIMIT 1"
+    ),
+    "non_tool_after": (
+        "SELECT 1 FROM messages WHERE buffer_id = ? AND position > ? AND role != 'tool' LIMIT 1"
+    ),
+    "last_user": (
+        "SELECT position FROM messages WHERE buffer_id = ? AND role = 'user' "
+        "ORDER BY position DESC LIMIT 1"
+    ),
+    "tail": "SELECT max(position) FROM messages WHERE buffer_id = ?",
+    "successor": (
+        "SELECT position FROM messages WHERE buffer_id = ? AND position > ? "
+        "ORDER BY position LIMIT 1"
+    ),
+    "evict_oldest": (
+        "DELETE FROM messages WHERE id IN "
+        "(SELECT id FROM messages WHERE buffer_id = ? ORDER BY position LIMIT ?)"
+    ),
+    "first_message": (
+        "SELECT id, role FROM messages WHERE buffer_id = ? ORDER BY position LIMIT 1"
+    ),
+    "delete_message": "DELETE FROM messages WHERE buffer_id = ? AND id = ?",
+    "message_for_removal": "SELECT buffer_id, role, metadata FROM messages WHERE id = ?",
+    "delete_placeholder": (
+        "DELETE FROM messages WHERE buffer_id = ? AND tool_call_id = ? AND healed = 1"
+    ),
+    "last_message": (
+        "SELECT id, role, content, content_parts, metadata FROM messages "
+        "WHERE buffer_id = ? ORDER BY position DESC LIMIT 1"
+    ),
+    # ------------------------------------------------------------------ reads
+    "count": "SELECT message_count FROM buffers WHERE id = ?",
+    "count_at": "SELECT message_count FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?",
+    "read_all_at": (
+        "SELECT m.role, m.content, m.content_parts, m.metadata "
+        f"FROM {_AT} ORDER BY m.position"
+    ),
+    "read_last_at": (
+        "SELECT m.role, m.content, m.content_parts, m.metadata "
+        f"FROM {_AT} ORDER BY m.position DESC LIMIT ?"
+    ),
+    "read_before": (
+        "SELECT role, content, content_parts, metadata FROM messages "
+        "WHERE buffer_id = ? AND position < ? ORDER BY position DESC LIMIT ?"
+    ),
+    "position_of": "SELECT position FROM messages WHERE buffer_id = ? AND id = ?",
+    "messages_all_at": (
+        "SELECT m.id, m.position, m.role, m.content, m.content_parts, m.metadata, m.created_at "
+        f"FROM {_AT} ORDER BY m.position"
+    ),
+    "messages_last_at": (
+        "SELECT m.id, m.position, m.role, m.content, m.content_parts, m.metadata, m.created_at "
+        f"FROM {_AT} ORDER BY m.position DESC LIMIT ?"
+    ),
+    "clear_ledger": "DELETE FROM tool_calls WHERE buffer_id = ?",
+    "clear_messages": "DELETE FROM messages WHERE buffer_id = ?",
+    "list_buffers": (
+        "SELECT scope, scope_id, key, message_count FROM buffers "
+        "WHERE message_count > 0 ORDER BY scope, scope_id, key"
+    ),
+    # ----------------------------------------------------------------- memory
+    "memory_get": "SELECT value FROM memory WHERE scope = ? AND scope_id = ? AND key = ?",
+    "memory_set": (
+        "INSERT INTO memory (scope, scope_id, key, value) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (scope, scope_id, key) DO UPDATE SET value = excluded.value, "
+        "updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+    ),
+    "memory_delete": "DELETE FROM memory WHERE scope = ? AND scope_id = ? AND key = ?",
+    # --------------------------------------------------------------- sessions
+    "session_load": f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?",
+    "session_insert": (
+        "INSERT INTO sessions (id, workflow_id, name, owner_id, metadata) VALUES (?, ?, ?, ?, ?)"
+    ),
+    # Candidates only: every row is still judged by access.decide() before it is listed.
+    "session_list_all": (
+        f"SELECT {_SESSION_COLUMNS} FROM sessions "
+        "WHERE ?1 IS NULL OR workflow_id = ?1 ORDER BY created_at, id"
+    ),
+    "session_list_for": (
+        f"SELECT {_SESSION_COLUMNS} FROM sessions "
+        "WHERE (owner_id = ?1 "
+        "OR id IN (SELECT session_id FROM session_viewers WHERE user_id = ?1)) "
+        "AND (?2 IS NULL OR workflow_id = ?2) ORDER BY created_at, id"
+    ),
+    # Sessions._change() passes the session id last.
+    "session_set_status": "UPDATE sessions SET status = ? WHERE id = ?",
+    "session_reset": "UPDATE sessions SET conversation = conversation + 1 WHERE id = ?",
+    # updated_at follows the session's row and its sharing, not its turns.
+    "session_touch": (
+        "UPDATE sessions SET updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?"
+    ),
+    "session_grant": "INSERT OR IGNORE INTO session_viewers (user_id, session_id) VALUES (?, ?)",
+    "session_revoke": "DELETE FROM session_viewers WHERE user_id = ? AND session_id = ?",
+    "session_viewers": "SELECT user_id FROM session_viewers WHERE session_id = ? ORDER BY user_id",
+    "message_home": (
+        "SELECT b.scope, b.scope_id FROM messages AS m JOIN buffers AS b ON b.id = m.buffer_id "
+        "WHERE m.id = ?"
+    ),
+    "message_by_id": (
+        "SELECT id, position, role, content, content_parts, metadata, created_at "
+        "FROM messages WHERE id = ?"
+    ),
+    "update_message": "UPDATE messages SET content = ?, content_parts = ? WHERE id = ?",
+    "is_placeholder": "SELECT healed FROM messages WHERE id = ?",
+    # ------------------------------------------------------------- portability
+    "export_all": (
+        "SELECT b.scope, b.scope_id, b.key, m.id, m.position, m.role, m.content, "
+        "m.content_parts, m.metadata, m.created_at "
+        "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
+        "ORDER BY b.scope, b.scope_id, b.key, m.position"
+    ),
+    "export_one": (
+        "SELECT b.scope, b.scope_id, b.key, m.id, m.position, m.role, m.content, "
+        "m.content_parts, m.metadata, m.created_at "
+        "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
+        "WHERE b.scope = ? AND b.scope_id = ? AND b.key = ? ORDER BY m.position"
+    ),
+}
+# Statements whose list parameter SQLite reads as a JSON array (json_each).
+_JSON_ARRAY_PARAMS = frozenset({"find_results", "known_declared"})
+
+
+def _writable(path: str) -> bool:
+    """Whether this process may write the file and create its -wal/-shm beside it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return os.access(path, os.W_OK) and os.access(folder, os.W_OK)
+
+
+def _forget_connections_after_fork() -> None:
+    for backend in list(_LIVE):
+        backend._forked = True
+
+
+os.register_at_fork(after_in_child=_forget_connections_after_fork)
+
+
+class _SqliteTx(Tx):
+    """A transaction on the backend's connection (the backend's lock is held)."""
+
+    __slots__ = ("_backend", "_remembered", "conn")
+
+    def __init__(self, backend: SqliteBackend, conn: sqlite3.Connection) -> None:
+        self._backend = backend
+        self.conn = conn
+        self._remembered: list[BufferState] = []
+
+    def one(self, statement: str, params: Any = ()) -> Any:
+        if statement in _JSON_ARRAY_PARAMS:
+            params = _json_arrays(params)
+        return self.conn.execute(SQL[statement], params).fetchone()
+
+    def all(self, statement: str, params: Any = ()) -> list[Any]:
+        if statement in _JSON_ARRAY_PARAMS:
+            params = _json_arrays(params)
+        return self.conn.execute(SQL[statement], params).fetchall()
+
+    def run(self, statement: str, params: Any = ()) -> int:
+        return self.conn.execute(SQL[statement], params).rowcount
+
+    def write(self, statement: str, params: Any = ()) -> None:
+        self.conn.execute(SQL[statement], params)
+
+    def many(self, statement: str, rows: Any) -> None:
+        self.conn.executemany(SQL[statement], rows)
+
+    def scan(self, statement: str, params: Any = (), size: int = 1000) -> Iterator[Any]:
+        cursor = self.conn.execute(SQL[statement], params)
+        while rows := cursor.fetchmany(size):
+            yield from rows
+
+    def open(self, statement: str, params: Any) -> BufferState:
+        scope, scope_id, key, known_id = params
+        conn = self.conn
+        buffer_id = known_id
+        if buffer_id is None:
+            row = conn.execute(SQL["find_buffer"], (scope, scope_id, key)).fetchone()
+            if row is None:
+                conn.execute(SQL["create_buffer"], (scope, scope_id, key))
+                row = conn.execute(SQL["find_buffer"], (scope, scope_id, key)).fetchone()
+            buffer_id = row[0]
+        cached = self._backend._tails.get(buffer_id)
+        if cached is not None:
+            return cached
+        count, tail, dangling = conn.execute(SQL["buffer_state"], (buffer_id,)).fetchone()
+        return BufferState(buffer_id, count, tail, bool(dangling))
+
+    def remember(self, state: BufferState) -> None:
+        self._remembered.append(state)
+
+
+def _json_arrays(params: Any) -> tuple[Any, ...]:
+    return tuple(json.dumps(p) if isinstance(p, list) else p for p in params)
+
+
+class SqliteBackend(Backend):
+    """A flowdrop_local SQLite file (or ``":memory:"``); see the module docstring.
+
+    Raises:
+        NotADatabase, NotAFlowdropDatabase, SchemaTooNew: the file is not one this
+            library can open; it is left untouched.
+    """
+
+    kind = "sqlite"
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        durability: Durability = "normal",
+        lock_warning_after: float = 5.0,
+        read_only: bool = False,
+        create: bool = True,
+    ) -> None:
+        if durability not in _SYNCHRONOUS:
+            raise InvalidArgument(f"durability must be 'normal' or 'full', got {durability!r}")
+        self.path = path
+        self.where = path
+        # A file (or folder) this process cannot write is opened read-only: reads
+        # work, and every write raises ReadOnlyStore before touching the file.
+        self.read_only = read_only or (
+            path != ":memory:" and os.path.exists(path) and not _writable(path)
+        )
+        self.durability = durability
+        self.lock_warning_after = lock_warning_after
+        self._lock = threading.RLock()
+        self._tails: dict[int, BufferState] = {}
+        self._data_version = -1
+        self._changes = -1  # conn.total_changes when the tails were last right
+        self._forked = False
+        self._closed = True
+        conn = self._connect()
+        try:
+            prepare(conn, path)
+            self._configure(conn)
+        except sqlite3.OperationalError as error:
+            conn.close()
+            if "readonly" in str(error):
+                raise ReadOnlyStore(
+                    f"{path} is read-only and needs its schema created or upgraded"
+                ) from None
+            raise NotADatabase(f"cannot open {path}: {error}") from None
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        self._closed = False
+        _LIVE.add(self)
+
+    def _connect(self) -> sqlite3.Connection:
+        def connect(target: str, uri: bool = False) -> sqlite3.Connection:
+            return sqlite3.connect(
+                target,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self.lock_warning_after,
+                uri=uri,
+            )
+
+        if not self.read_only:
+            try:
+                return connect(self.path)
+            except sqlite3.Error as error:
+                raise NotADatabase(f"cannot open {self.path}: {error}") from None
+        if not os.path.exists(self.path):
+            raise ReadOnlyStore(f"{self.path} does not exist; a read-only store cannot create it")
+        uri = "file:" + urllib.parse.quote(os.path.abspath(self.path))
+        try:
+            return connect(uri + "?mode=ro", uri=True)
+        except sqlite3.OperationalError:
+            # A WAL file in a read-only folder: no -shm can be made. Read it as a
+            # snapshot that no one is writing.
+            return connect(uri + "?immutable=1", uri=True)
+
+    def _configure(self, conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[self.durability]}")
+        if self.path != ":memory:" and not self.read_only:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.OperationalError as error:
+                # A read-only file keeps its journal mode; reads still work.
+                log.debug("journal_mode=WAL not set on %s: %s", self.path, error)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                if not self._forked:
+                    self._conn.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def ensure_open(self) -> None:
+        self.connection()
+
+    def connection(self) -> sqlite3.Connection:
+        """The open connection (raw access for ``Store.db`` and maintenance)."""
+        if self._closed:
+            raise StoreClosed(f"the store {self.path!r} is closed")
+        if self._forked:
+            raise StoreClosed(
+                "this Store was opened in the parent process before os.fork(); "
+                "open a new Store in the child"
+            )
+        return self._conn
+
+    def forget_tails(self) -> None:
+        """Drop the cached buffer tails (a write outside the append path may follow)."""
+        self._tails.clear()
+
+    # ------------------------------------------------------------- transactions
+
+    @contextmanager
+    def write(self, *, keep_tails: bool = False) -> Iterator[Tx]:
+        with self._lock:
+            conn = self.connection()
+            self._begin_immediate(conn)
+            if not keep_tails:
+                self._tails.clear()
+            tx = _SqliteTx(self, conn)
+            try:
+                yield tx
+                conn.execute("COMMIT")
+            except BaseException as error:
+                self._abort(conn)
+                raise self._translated(error) from None
+            if keep_tails:
+                self._changes = conn.total_changes
+                for state in tx._remembered:
+                    self._tails[state.id] = state
+
+    @contextmanager
+    def read(self, *, snapshot: bool = True) -> Iterator[Tx]:
+        with self._lock:
+            conn = self.connection()
+            own = snapshot and not conn.in_transaction
+            try:
+                if own:
+                    conn.execute("BEGIN")  # one snapshot for every statement of the block
+                yield _SqliteTx(self, conn)
+            except sqlite3.DatabaseError as error:
+                raise self._translated(error) from None
+            finally:
+                if own and conn.in_transaction:
+                    conn.execute("ROLLBACK")
+
+    def _translated(self, error: BaseException) -> BaseException:
+        """The library's error for a damaged or read-only file; any other error as it is."""
+        if type(error) is sqlite3.DatabaseError:  # not its Integrity/Operational subclasses
+            return NotADatabase(f"{self.path} is corrupt: {error}")
+        if isinstance(error, sqlite3.OperationalError) and "readonly" in str(error):
+            return ReadOnlyStore(f"{self.path} is read-only: {error}")
+        return error
+
+    def _abort(self, conn: sqlite3.Connection) -> None:
+        """Roll back the open transaction (if SQLite has not already) and forget the tails."""
+        self._tails.clear()
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
+        """Take the write lock, waiting as long as it takes (MEM-12).
+
+        Then drop the cached tails if another connection committed meanwhile.
+        """
+        if self.read_only:
+            raise ReadOnlyStore(f"{self.path} is open read-only")
+        started = time.monotonic()
+        warned = False
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as error:
+                message = str(error)
+                if "readonly" in message or "read-only" in message:
+                    raise ReadOnlyStore(f"{self.path} is read-only: {message}") from None
+                if "locked" not in message and "busy" not in message:
+                    raise FlowdropError(f"cannot start a write on {self.path}: {message}") from None
+                if not warned:
+                    warned = True
+                    log.warning(
+                        "flowdrop_local: waited %.1f s for the write lock on %s; still waiting",
+                        time.monotonic() - started,
+                        self.path,
+                    )
+                continue
+            try:
+                # Another connection committed, or this one wrote outside the append
+                # path (store.db): what the tails cache says may be stale.
+                version = conn.execute("PRAGMA data_version").fetchone()[0]
+                if version != self._data_version or conn.total_changes != self._changes:
+                    self._tails.clear()
+                    self._data_version = version
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return
+
+    # ------------------------------------------------------------- maintenance
+
+    def check(self) -> list[Violation]:
+        with self.read() as tx:
+            assert isinstance(tx, _SqliteTx)
+            return check_database(tx.conn)
+
+    def vacuum(self) -> None:
+        if self.read_only:
+            raise ReadOnlyStore(f"{self.path} is open read-only")
+        with self._lock:
+            conn = self.connection()
+            self._tails.clear()
+            try:
+                conn.execute("VACUUM")  # in WAL mode the compacted pages go to the WAL ...
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # ... then into the file
+            except sqlite3.DatabaseError as error:
+                raise self._translated(error) from None
+
+    def backup(self, path: str) -> None:
+        if os.path.exists(path):
+            raise BackupTargetExists(f"{path} exists; not overwriting it")
+        try:
+            target = sqlite3.connect(path)
+            try:
+                with self._lock:
+                    self.connection().backup(target)
+            finally:
+                target.close()
+        except sqlite3.DatabaseError as error:
+            raise FlowdropError(f"cannot back up to {path}: {error}") from None

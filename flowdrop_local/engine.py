@@ -1,0 +1,477 @@
+"""The append engine: the buffer rules as a plan, free of I/O.
+
+The engine never touches a connection. Each procedure here is a generator that
+*asks* for what it needs and *says* what to write, one step at a time, as h11 does
+for HTTP; a driver answers each step on a real transaction (:func:`drive` below,
+sync; an async driver sends the same steps to an async transaction). So the rules
+are written once and run unchanged on SQLite and PostgreSQL, sync or async.
+
+A step is a tuple ``(kind, statement, params)``. ``statement`` names a statement
+that every backend defines in its own dialect (``backends/sqlite.py``,
+``backends/postgresql.py``; a test asserts both define the same names). ``kind``
+says what the step wants back:
+
+* ``"one"``: the first row, or ``None``;   ``"all"``: every row;
+* ``"run"``: the number of rows changed;    ``"write"``: nothing (a backend may
+  queue it and send it with the next step, one round trip for many writes);
+* ``"many"``: nothing, ``params`` is a list of parameter rows (executemany);
+* ``"open"``: the buffer's :class:`BufferState`, creating its row and taking its
+  write lock (``params`` is ``(scope, scope_id, key, known_id)``).
+
+One append, for each incoming message in order:
+
+* ``user``: first heal (MEM-3) when a call may be unanswered. The ledger's partial
+  index yields the buffer's unanswered calls; each gets a placeholder placed
+  between the first turn declaring it and that turn's successor, so no other row
+  moves. Then the message is appended.
+* ``tool`` with an id: dropped if a result for the id is stored (MEM-1), unless the
+  stored one is a healed placeholder and the incoming one is not: then it
+  overwrites the placeholder in place (MEM-10). Otherwise appended, and the
+  ledger records the call as answered wherever the result stands. An incoming
+  message already marked healed (an imported placeholder) is placed in the tool
+  run of its declaring turn, or dropped when no turn declares its call.
+* ``assistant`` declaring calls: dropped when every id it declares is already in
+  the ledger (MEM-2); otherwise appended and its new ids recorded.
+
+A batch reads the stored pairing state of the call ids it names once, keeps it
+up to date as it goes, and writes rows and ledger entries in runs (``many``).
+Every statement is an index look-up keyed by the buffer: the cost of an append
+does not depend on the length of the buffer, and healing costs one insert per
+unanswered call. A window evicts the oldest messages in the same transaction and
+heals what that leaves unanswered before a user turn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Generator, Iterable, Mapping
+from typing import Any, NamedTuple, Protocol
+
+from .errors import InvalidMessage
+from .model import AppendResult, Message
+from .positions import key_between, keys_between
+from .rules.incoming import Incoming, normalize
+from .rules.pairing import PLACEHOLDER_CONTENT, declared_call_ids, plan_healing
+
+Step = tuple[str, str, Any]
+Plan = Generator[Step, Any, Any]
+
+_PLACEHOLDER_METADATA = '{{"tool_call_id":{},"healed":true}}'
+
+
+class BufferState(NamedTuple):
+    """What an append needs to know of a buffer before it starts."""
+
+    id: int
+    message_count: int
+    tail: str | None  # the last position, None when empty
+    dangling: bool  # may hold an unanswered call
+
+
+class Placement(NamedTuple):
+    """An imported message's stored id, position (``None``: at the end) and timestamp."""
+
+    id: str
+    position: str | None
+    created_at: str | None
+
+
+class Transaction(Protocol):
+    """What a backend's open transaction offers the engine's driver."""
+
+    def one(self, statement: str, params: Any = ()) -> Any: ...
+    def all(self, statement: str, params: Any = ()) -> list[Any]: ...
+    def run(self, statement: str, params: Any = ()) -> int: ...
+    def write(self, statement: str, params: Any = ()) -> None: ...
+    def many(self, statement: str, rows: Any) -> None: ...
+    def open(self, statement: str, params: Any) -> BufferState: ...
+
+
+def drive(plan: Plan, tx: Transaction) -> Any:
+    """Run an engine plan on a synchronous transaction; return what the plan returns."""
+    answer: Any = None
+    send = plan.send
+    try:
+        while True:
+            kind, statement, params = send(answer)
+            answer = getattr(tx, kind)(statement, params)
+    except StopIteration as done:
+        return done.value
+
+
+# ----------------------------------------------------------------- ids, input
+
+
+class _RandomPool:
+    """Random bytes drawn from os.urandom 4 KiB at a time (one syscall per ~400 ids).
+
+    Thread-safe, and emptied in a forked child so parent and child never share bytes.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bytes = b""
+        self._at = 0
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._bytes, self._at = b"", 0
+
+    def take(self, n: int) -> bytes:
+        with self._lock:
+            if self._at + n > len(self._bytes):
+                self._bytes, self._at = os.urandom(4096), 0
+            chunk = self._bytes[self._at : self._at + n]
+            self._at += n
+            return chunk
+
+
+_random = _RandomPool()
+
+
+def new_message_id() -> str:
+    """A UUIDv7 (RFC 9562): time-ordered, so new rows land at the end of the id index."""
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(_random.take(10), "big")
+    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
+    value = value & ~(0x3 << 62) | 0x2 << 62  # RFC 4122 variant
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def validate_batch(messages: object) -> list[Incoming]:
+    """Validate every message of an append before anything is written."""
+    if isinstance(messages, Mapping):
+        return [normalize(messages, 0)]
+    if isinstance(messages, Message):
+        return [normalize(messages.to_dict(), 0)]
+    if isinstance(messages, str | bytes) or not isinstance(messages, Iterable):
+        raise InvalidMessage(
+            0,
+            "message",
+            f"expected a message or an iterable of them, not {type(messages).__name__}",
+        )
+    return [
+        normalize(m.to_dict() if isinstance(m, Message) else m, i) for i, m in enumerate(messages)
+    ]
+
+
+# ------------------------------------------------------------------- append
+
+
+class _Writes:
+    """Rows waiting to be written with ``many``, flushed before every read.
+
+    Reads go through :meth:`read`, which flushes first, so no read can see a
+    buffer without the rows the batch has already decided on. ``dangling`` says
+    whether the buffer may hold an unanswered call once the flushed rows are in:
+    calls the batch declared and left open (``open_calls``) at any flush are.
+    """
+
+    def __init__(self, dangling: bool) -> None:
+        self.rows: list[tuple[Any, ...]] = []
+        self.declarations: list[tuple[int, str, str, int]] = []
+        self.answers: list[tuple[str, int, str]] = []
+        self.open_calls: set[str] = set()  # declared by this batch, no result yet
+        self.dangling = dangling
+
+    def flush(self) -> Plan:
+        self.dangling = self.dangling or bool(self.open_calls)
+        if self.rows:
+            yield "many", "insert_message", self.rows
+            self.rows = []
+        if self.declarations:
+            yield "many", "declare_call", self.declarations
+            self.declarations = []
+        if self.answers:
+            yield "many", "mark_answered", self.answers
+            self.answers = []
+
+    def read(self, kind: str, statement: str, params: Any) -> Plan:
+        yield from self.flush()
+        return (yield kind, statement, params)
+
+
+def append(
+    address: tuple[str, str, str],
+    known_id: int | None,
+    batch: list[Incoming],
+    window: int | None = None,
+    placements: list[Placement] | None = None,
+) -> Generator[Step, Any, tuple[AppendResult, BufferState]]:
+    """The append rules for one batch, inside the driver's transaction.
+
+    ``placements`` (import only) gives each message its stored id, position and
+    timestamp; positions must increase. Returns the report and the buffer's state
+    after the append (for the backend's cache of buffer tails).
+    """
+    state: BufferState = yield "open", "open_buffer", (*address, known_id)
+    buffer_id, count, tail, dangling = state
+    new_ids: list[str] = []
+    healed_ids: list[str] = []
+    replaced_ids: list[str] = []
+    dropped = 0
+    # What the batch needs to know of the stored buffer, read once: the stored
+    # result (and whether it is a placeholder) for each call id it answers, and
+    # which of the ids it declares are declared already. From there on the batch
+    # keeps both up to date itself, so most messages need no look-up.
+    answering = {m.tool_call_id for m in batch if m.tool_call_id is not None}
+    declaring = {call_id for m in batch for call_id in m.declared}
+    results: dict[str, tuple[str, bool]] = {}
+    if answering or declaring:  # a result stored before its call answers it too
+        rows = yield "all", "find_results", (buffer_id, list(answering | declaring))
+        results = {call_id: (id_, bool(healed)) for call_id, id_, healed in rows}
+    known: set[str] = set()
+    if declaring:
+        rows = yield "all", "known_declared", (buffer_id, list(declaring))
+        known = {row[0] for row in rows}
+    writes = _Writes(dangling)
+    open_calls = writes.open_calls
+
+    for index, message in enumerate(batch):
+        place = None if placements is None else placements[index]
+        role = message.role
+        call_id = message.tool_call_id
+        if role == "user":
+            if writes.dangling or open_calls:
+                yield from writes.flush()
+                limit = (
+                    None
+                    if place is None or place.position is None
+                    else _checked_position(place, tail, index)
+                )
+                tail = yield from heal(buffer_id, tail, healed_ids, limit, answered=results)
+                writes.dangling = False
+                open_calls.clear()
+        elif role == "tool" and call_id is not None:
+            found = results.get(call_id)
+            if found is not None:
+                if found[1] and not message.healed:  # MEM-10
+                    yield from writes.flush()
+                    yield (
+                        "write",
+                        "replace_placeholder",
+                        (
+                            message.content,
+                            message.content_parts,
+                            message.metadata,
+                            buffer_id,
+                            found[0],
+                        ),
+                    )
+                    replaced_ids.append(found[0])
+                    results[call_id] = (found[0], False)
+                else:  # MEM-1
+                    dropped += 1
+                continue
+            if message.healed:
+                # A placeholder only ever stands in the tool run right after the
+                # turn that declared its call: at the end while the buffer still
+                # ends in that run (in order, at its own position if an import
+                # gives one), else right after the turn; dropped when no turn
+                # declares the call.
+                turn = yield from writes.read("one", "declaring_turn", (buffer_id, call_id))
+                if turn is None:
+                    dropped += 1
+                    continue
+                non_tool_after = yield "one", "non_tool_after", (buffer_id, turn[0])
+                if non_tool_after is None:
+                    position, at_end = _checked_position(place, tail, index), True
+                else:
+                    (position,), at_end = yield from _positions_after(buffer_id, turn[0], 1)
+                message_id = new_message_id() if place is None else place.id
+                row = _row(message_id, buffer_id, position, message, place)
+                yield "write", "insert_message", row
+                yield "write", "mark_answered", (message_id, buffer_id, call_id)
+                new_ids.append(message_id)
+                results[call_id] = (message_id, True)
+                open_calls.discard(call_id)
+                if at_end:
+                    tail = position
+                continue
+        elif message.declared and known.issuperset(message.declared):  # MEM-2
+            dropped += 1
+            continue
+        tail = _checked_position(place, tail, index)
+        message_id = new_message_id() if place is None else place.id
+        writes.rows.append(_row(message_id, buffer_id, tail, message, place))
+        new_ids.append(message_id)
+        if call_id is not None:
+            writes.answers.append((message_id, buffer_id, call_id))
+            results[call_id] = (message_id, False)
+            open_calls.discard(call_id)
+        elif message.declared:
+            for ordinal, declared in enumerate(message.declared):
+                writes.declarations.append((buffer_id, declared, message_id, ordinal))
+                if declared not in results:
+                    open_calls.add(declared)
+            known.update(message.declared)
+    yield from writes.flush()
+    dangling = writes.dangling
+    count += len(new_ids) + len(healed_ids)
+    if new_ids or healed_ids:
+        yield "write", "set_count", (count, buffer_id)
+    evicted = 0
+    if window is not None and count > window:
+        evicted = yield from _evict(buffer_id, count - window)
+        row = yield "one", "tail", (buffer_id,)
+        tail = row[0]
+        # An evicted result (or first declaring turn) can leave a call unanswered
+        # with user turns after it: heal those now, so no stored user turn ever
+        # follows an unanswered call (MEM-3). Those placeholders may exceed the window.
+        healed_before = len(healed_ids)
+        tail = yield from heal(buffer_id, tail, healed_ids, before_users_only=True)
+        count += len(healed_ids) - healed_before - evicted  # the trigger took the evicted
+        if len(healed_ids) > healed_before:
+            yield "write", "set_count", (count, buffer_id)
+        dangling = True
+    result = AppendResult(
+        count=count,
+        appended=len(new_ids),
+        message_ids=tuple(new_ids),
+        healed_ids=tuple(healed_ids),
+        replaced_ids=tuple(replaced_ids),
+        dropped=dropped,
+        evicted=evicted,
+    )
+    return result, BufferState(buffer_id, count, tail, dangling)
+
+
+def _row(
+    message_id: str, buffer_id: int, position: str, message: Incoming, place: Placement | None
+) -> tuple[Any, ...]:
+    return (
+        message_id,
+        buffer_id,
+        position,
+        message.role,
+        message.content,
+        message.content_parts,
+        message.metadata,
+        None if place is None else place.created_at,
+    )
+
+
+def _evict(buffer_id: int, excess: int) -> Generator[Step, Any, int]:
+    """Delete the ``excess`` oldest messages, then tool results left leading."""
+    evicted: int = yield "run", "evict_oldest", (buffer_id, excess)
+    while True:
+        first = yield "one", "first_message", (buffer_id,)
+        if first is None or first[1] != "tool":
+            return evicted
+        evicted += yield "run", "delete_message", (buffer_id, first[0])
+
+
+def heal(
+    buffer_id: int,
+    tail: str | None,
+    healed_ids: list[str],
+    limit: str | None = None,
+    *,
+    before_users_only: bool = False,
+    answered: dict[str, tuple[str, bool]] | None = None,
+) -> Generator[Step, Any, str | None]:
+    """Answer every unanswered call of the buffer with a placeholder (MEM-3).
+
+    ``limit``: the position the coming message will take (import), which the
+    placeholders must stay below. ``before_users_only``: heal only calls that a
+    stored user turn follows (after a deletion). ``answered`` records each healed
+    call id's placeholder, for the append's batch view. Returns the new last position.
+    """
+    unanswered = yield "all", "unanswered_calls", (buffer_id,)
+    if before_users_only and unanswered:
+        last_user = yield "one", "last_user", (buffer_id,)
+        unanswered = [row for row in unanswered if last_user and row[0] < last_user[0]]
+    for turn_position, call_ids in plan_healing(unanswered):
+        positions, at_end = yield from _positions_after(
+            buffer_id, turn_position, len(call_ids), limit
+        )
+        rows = []
+        answers = []
+        for position, call_id in zip(positions, call_ids, strict=True):
+            message_id = new_message_id()
+            metadata = _PLACEHOLDER_METADATA.format(json.dumps(call_id, ensure_ascii=False))
+            rows.append(
+                (message_id, buffer_id, position, "tool", PLACEHOLDER_CONTENT, 0, metadata, None)
+            )
+            answers.append((message_id, buffer_id, call_id))
+            healed_ids.append(message_id)
+            if answered is not None:
+                answered[call_id] = (message_id, True)
+        yield "many", "insert_message", rows
+        yield "many", "mark_answered", answers
+        if at_end:
+            tail = positions[-1]
+    return tail
+
+
+def _positions_after(
+    buffer_id: int, turn_position: str, n: int, limit: str | None = None
+) -> Generator[Step, Any, tuple[list[str], bool]]:
+    """``n`` positions between a turn and its successor (or ``limit``, if lower).
+
+    Also says whether they end the buffer (the turn had no successor).
+    """
+    successor = yield "one", "successor", (buffer_id, turn_position)
+    upper = None if successor is None else successor[0]
+    if limit is not None and (upper is None or limit < upper):
+        return keys_between(turn_position, limit, n), upper is None
+    return keys_between(turn_position, upper, n), upper is None
+
+
+def _checked_position(place: Placement | None, tail: str | None, index: int) -> str:
+    """The import's own position (after the tail, or refused), else the next at the end."""
+    if place is None or place.position is None:
+        return key_between(tail, None)
+    if tail is not None and place.position <= tail:
+        raise InvalidMessage(index, "position", f"{place.position!r} does not come after {tail!r}")
+    return place.position
+
+
+# ------------------------------------------------------------------ removal
+
+
+def pop(buffer_id: int) -> Generator[Step, Any, tuple[Any, ...] | None]:
+    """Remove the buffer's last message; return its ``(role, content, parts, metadata)``.
+
+    Removing a result un-answers its call (the next user turn heals it again);
+    removing a turn removes the calls it declared (the ledger's foreign keys).
+    """
+    row = yield "one", "last_message", (buffer_id,)
+    if row is None:
+        return None
+    yield "run", "delete_message", (buffer_id, row[0])
+    return tuple(row[1:])
+
+
+def remove_message(message_id: str) -> Generator[Step, Any, bool]:
+    """Delete one message, keeping the buffer rules; False if there is no such message.
+
+    Deleting the turn that first declared a call also deletes the placeholder
+    standing in its tool run (a placeholder of a call an earlier turn owns stays,
+    so a real result can still replace it in place); deleting a result un-answers
+    its call. Calls left unanswered before a user turn (the next turn declaring
+    the id now owns it) are healed at once, so no stored user turn follows an
+    unanswered call.
+    """
+    row = yield "one", "message_for_removal", (message_id,)
+    if row is None:
+        return False
+    buffer_id, role, metadata = row
+    owned: list[tuple[int, str]] = []
+    if role == "assistant":
+        for call_id in dict.fromkeys(declared_call_ids(json.loads(metadata))):
+            first = yield "one", "declaring_message", (buffer_id, call_id)
+            if first is not None and first[0] == message_id:
+                owned.append((buffer_id, call_id))
+    yield "run", "delete_message", (buffer_id, message_id)
+    if owned:
+        yield "many", "delete_placeholder", owned
+    healed: list[str] = []
+    yield from heal(buffer_id, None, healed, before_users_only=True)
+    if healed:
+        yield "write", "add_count", (len(healed), buffer_id)
+    return True
