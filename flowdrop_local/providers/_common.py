@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from ..errors import InvalidArgument
 from ..model import ToolCall
-from ..rules.normalize import Message, normalize
+from ..rules.normalize import Message, is_empty_content, normalize
 from ..rules.pairing import call_id_of, is_usable_call_id
 
 # A declared call without a name still needs one to be sent; providers require it.
@@ -37,6 +37,33 @@ IMAGE_PARTS: Final = frozenset({"image_url", "input_image", "image"})
 REASONING_PARTS: Final = frozenset(
     {"thinking", "redacted_thinking", "reasoning", "reasoning_text", "summary_text"}
 )
+# Every content block type the Anthropic Messages API defines (the ``anthropic``
+# package's ``ContentBlockParam`` union), and those a ``tool_result`` may hold
+# (``ToolResultBlockParam.Content``).
+ANTHROPIC_BLOCKS: Final = frozenset(
+    {
+        "text",
+        "image",
+        "document",
+        "search_result",
+        "thinking",
+        "redacted_thinking",
+        "tool_use",
+        "tool_result",
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "tool_search_tool_result",
+        "container_upload",
+    }
+)
+ANTHROPIC_RESULT_BLOCKS: Final = frozenset(
+    {"text", "image", "search_result", "document", "tool_reference", "browser_state"}
+)
+_FILE_FIELDS: Final = ("file_id", "file_data", "filename", "file_url")
 _DATA_URL = re.compile(r"data:(?P<media>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", re.DOTALL)
 
 
@@ -112,12 +139,20 @@ def responses_item(message: Message) -> dict[str, Any] | None:
 
 
 def is_opaque(message: Message) -> bool:
-    """True for a stored Responses item with no chat meaning (reasoning, hosted calls).
+    """True for an assistant entry that is only a stored Responses item with no chat meaning.
 
-    Only the Responses export carries it; the others skip it.
+    Reasoning or a hosted tool call, with no content and no calls of its own: only
+    the Responses export carries it; the others skip it. A message that declares
+    calls, answers one or holds content is never skipped, whatever its metadata.
     """
     item = responses_item(message)
-    return item is not None and item.get("type", "message") not in RESPONSES_MESSAGE_TYPES
+    return (
+        item is not None
+        and item.get("type", "message") not in RESPONSES_MESSAGE_TYPES
+        and message["role"] == "assistant"
+        and not message["metadata"].get("tool_calls")
+        and is_empty_content(message["content"])
+    )
 
 
 def tool_calls(message: Message) -> list[ToolCall]:
@@ -199,3 +234,61 @@ def anthropic_image_source(url: str) -> dict[str, Any]:
     if match:
         return {"type": "base64", "media_type": match["media"], "data": match["data"]}
     return {"type": "url", "url": url}
+
+
+def part_image_file_id(part: Mapping[str, Any]) -> str | None:
+    """The OpenAI file id of a Responses ``input_image`` given by ``file_id``."""
+    file_id = part.get("file_id")
+    return file_id if part.get("type") == "input_image" and isinstance(file_id, str) else None
+
+
+def part_file(part: Mapping[str, Any]) -> dict[str, str] | None:
+    """An OpenAI file reference (``file_id``, ``file_data`` + ``filename``, or ``file_url``).
+
+    Read from a Chat ``file`` part, a Responses ``input_file`` part, or an
+    Anthropic ``document`` with a base64 or URL source; ``None`` for anything else
+    (an Anthropic file id is not an OpenAI one).
+    """
+    kind = part.get("type")
+    if kind in ("file", "input_file"):
+        source = part.get("file") if kind == "file" else part
+        if not isinstance(source, Mapping):
+            return None
+        found = {k: source[k] for k in _FILE_FIELDS if isinstance(source.get(k), str)}
+        if kind == "file":
+            found.pop("file_url", None)  # Chat takes no file URL
+        return found if found.keys() & {"file_id", "file_data", "file_url"} else None
+    if kind == "document":
+        source = part.get("source")
+        if not isinstance(source, Mapping):
+            return None
+        title = part.get("title")
+        filename = title if isinstance(title, str) and title.strip() else "document.pdf"
+        media, data = source.get("media_type"), source.get("data")
+        if source.get("type") == "base64" and isinstance(media, str) and isinstance(data, str):
+            return {"file_data": f"data:{media};base64,{data}", "filename": filename}
+        if source.get("type") == "url" and isinstance(source.get("url"), str):
+            return {"file_url": source["url"]}
+    return None
+
+
+def document_text(part: Mapping[str, Any]) -> str | None:
+    """The text of an Anthropic ``document`` whose source is plain text."""
+    source = part.get("source")
+    if part.get("type") == "document" and isinstance(source, Mapping):
+        data = source.get("data")
+        if source.get("type") == "text" and isinstance(data, str):
+            return data
+    return None
+
+
+def refusal_text(part: Mapping[str, Any]) -> str | None:
+    """The text of an OpenAI ``refusal`` part."""
+    refusal = part.get("refusal")
+    return refusal if part.get("type") == "refusal" and isinstance(refusal, str) else None
+
+
+def omitted(part: Mapping[str, Any]) -> str:
+    """The text that stands in for a part the target format cannot carry: says what was dropped."""
+    kind = str(part.get("type"))
+    return f"[{kind[:40]} omitted]"
