@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from ..errors import InvalidArgument
@@ -70,23 +70,20 @@ _DATA_URL = re.compile(r"data:(?P<media>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)",
 # ---------------------------------------------------------------- windowing
 
 
-def window(messages: Sequence[Message], limit: int | None) -> list[Message]:
-    """The last ``limit`` messages, widened so that the window is whole turns.
-
-    The start moves back to the user message that opens its turn (or to the
-    first message), and further back while a call in the window has a result
-    before it, or a result in the window answers a call before it: a payload
-    never starts with a result whose call was cut off, and never separates a call
-    from its results. System messages are instructions, not turns: every one of
-    them is kept, wherever it stood. ``limit=None`` is the whole list.
-
-    Raises:
-        ValueError: ``limit`` is not a non-negative integer.
-    """
-    if limit is None:
-        return list(messages)
+def _check_window_limit(limit: object) -> None:
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
+
+
+def _ids_of(message: Message) -> list[Any]:
+    """The call ids a message names: its result's, or the calls it declares."""
+    metadata = message.get("metadata") or {}
+    ids: list[Any] = [metadata.get("tool_call_id")] if message.get("role") == "tool" else []
+    return ids + [call_id_of(c) for c in metadata.get("tool_calls") or () if isinstance(c, Mapping)]
+
+
+def _window_start(messages: Sequence[Message], limit: int) -> int:
+    """Where the window of the last ``limit`` messages starts, widened to whole turns."""
     declared_at: dict[str, int] = {}
     answered_at: dict[str, int] = {}
     for index, message in enumerate(messages):
@@ -106,12 +103,7 @@ def window(messages: Sequence[Message], limit: int | None) -> list[Message]:
             start -= 1
         earliest = start
         for message in messages[start:]:
-            metadata = message.get("metadata") or {}
-            ids: list[Any] = [metadata.get("tool_call_id")] if message.get("role") == "tool" else []
-            ids += [
-                call_id_of(c) for c in metadata.get("tool_calls") or () if isinstance(c, Mapping)
-            ]
-            for call_id in ids:
+            for call_id in _ids_of(message):
                 if isinstance(call_id, str):
                     earliest = min(
                         earliest,
@@ -121,7 +113,82 @@ def window(messages: Sequence[Message], limit: int | None) -> list[Message]:
         if earliest == start:
             break
         start = earliest
-    return [m for m in messages[:start] if m.get("role") == "system"] + list(messages[start:])
+    return start
+
+
+def window(messages: Sequence[Message], limit: int | None) -> list[Message]:
+    """The last ``limit`` messages, widened so that the window is whole turns.
+
+    The start moves back to the user message that opens its turn (or to the
+    first message), and further back while a call in the window has a result
+    before it, or a result in the window answers a call before it: a payload
+    never starts with a result whose call was cut off, and never separates a call
+    from its results. System messages inside the window are kept (MEM-5 moves
+    them to the front); one before it is not, as the window a buffer reads
+    (:func:`read_window`) never reaches it. ``limit=None`` is the whole list.
+
+    Raises:
+        InvalidArgument: ``limit`` is not a non-negative integer (a ``ValueError``).
+    """
+    if limit is None:
+        return list(messages)
+    _check_window_limit(limit)
+    return list(messages[_window_start(messages, limit) :])
+
+
+def _settled(chunk: Sequence[Message], start: int) -> bool:
+    """True when nothing in ``chunk[start:]`` pairs with a message before ``chunk``.
+
+    A call followed by a user turn was healed, so its result is stored somewhere;
+    if not in ``chunk``, it is before it. A result whose call ``chunk`` does not
+    declare may answer a call before it.
+    """
+    declared: set[Any] = set()
+    answered: set[Any] = set()
+    for message in chunk:
+        if message.get("role") == "tool":
+            answered.update(_ids_of(message))
+        else:
+            declared.update(_ids_of(message))
+    user_after = False
+    for message in reversed(chunk[start:]):
+        role = message.get("role")
+        if role == "user":
+            user_after = True
+        elif role == "tool":
+            if not declared.issuperset(_ids_of(message)):
+                return False
+        elif user_after and not answered.issuperset(
+            i for i in _ids_of(message) if is_usable_call_id(i)
+        ):
+            return False
+    return True
+
+
+def read_window(read: Callable[[int | None], list[Message]], limit: int | None) -> list[Message]:
+    """The window of ``limit`` messages (:func:`window`), reading only what it needs.
+
+    ``read(n)`` returns the last ``n`` messages (``Buffer.read``). The read
+    starts at ``limit`` messages and doubles until the window starts at a user
+    turn inside what was read and pairs nothing before it, or the whole buffer
+    was read: the cost follows the window, not the buffer. ``limit=None`` reads
+    everything.
+
+    Raises:
+        InvalidArgument: ``limit`` is not a non-negative integer (a ``ValueError``).
+    """
+    if limit is None:
+        return read(None)
+    _check_window_limit(limit)
+    if limit == 0:
+        return []
+    size = limit
+    while True:
+        chunk = read(size)
+        start = _window_start(chunk, limit)
+        if len(chunk) < size or (start > 0 and _settled(chunk, start)):
+            return chunk[start:]
+        size *= 2
 
 
 def prepare(messages: Sequence[Message], limit: int | None = None) -> list[Message]:

@@ -18,7 +18,12 @@ from typing import Any, Final
 
 from ..errors import InvalidPayload
 from ..rules.normalize import Message
-from ..rules.pairing import PLACEHOLDER_CONTENT, is_placeholder
+from ..rules.pairing import (
+    PLACEHOLDER_CONTENT,
+    is_placeholder,
+    is_usable_call_id,
+    placeholder_message,
+)
 from ..rules.normalize import ROLE_ALIASES, is_empty_content
 from ._common import (
     IMAGE_PARTS,
@@ -58,7 +63,10 @@ def item_to_message(item: Mapping[str, Any]) -> dict[str, Any]:
       of that role (``developer`` stored as ``system``) with its content;
     * ``function_call`` is an assistant turn declaring one call whose id is
       ``call_id`` (spec shape ``{"tool_call_id", "name", "arguments"}``);
-    * ``function_call_output`` is a ``tool`` result for ``call_id``;
+    * ``function_call_output`` is a ``tool`` result for ``call_id``; one whose
+      output is exactly the placeholder text (:data:`PLACEHOLDER_CONTENT`, what
+      :func:`message_to_items` gives for a healed placeholder) is that
+      placeholder again, marked healed;
     * any other item (reasoning, hosted tool calls, references) is an
       assistant entry with empty content: it never heals or pairs anything.
 
@@ -81,7 +89,13 @@ def item_to_message(item: Mapping[str, Any]) -> dict[str, Any]:
             "metadata": {"tool_calls": [call], RESPONSES_ITEM: dict(item)},
         }
     if kind == "function_call_output":
-        return _with_item("tool", item, "output", {"tool_call_id": item.get("call_id")})
+        call_id = item.get("call_id")
+        if item.get("output") == PLACEHOLDER_CONTENT and is_usable_call_id(call_id):
+            # The placeholder text is the item form of a healed placeholder: it
+            # stays one, so a later real output still replaces it (MEM-10).
+            assert isinstance(call_id, str)
+            return placeholder_message(call_id)
+        return _with_item("tool", item, "output", {"tool_call_id": call_id})
     return {"role": "assistant", "content": "", "metadata": {RESPONSES_ITEM: dict(item)}}
 
 
