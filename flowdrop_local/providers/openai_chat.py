@@ -194,7 +194,9 @@ def _check_content(index: int, role: str, content: object, has_calls: bool) -> N
             if not isinstance(file, Mapping) or not (
                 isinstance(file.get("file_id"), str) or isinstance(file.get("file_data"), str)
             ):
-                raise _fail(index, f"content[{position}]: a file part needs file.file_id or file_data")
+                raise _fail(
+                    index, f"content[{position}]: a file part needs file.file_id or file_data"
+                )
         if kind == "input_audio" and not isinstance(part.get("input_audio"), Mapping):
             raise _fail(index, f"content[{position}]: an input_audio part needs input_audio")
 

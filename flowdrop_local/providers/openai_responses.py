@@ -17,14 +17,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ..errors import InvalidPayload
-from ..rules.normalize import Message
+from ..rules.normalize import ROLE_ALIASES, Message, is_empty_content
 from ..rules.pairing import (
     PLACEHOLDER_CONTENT,
     is_placeholder,
     is_usable_call_id,
     placeholder_message,
 )
-from ..rules.normalize import ROLE_ALIASES, is_empty_content
 from ._common import (
     IMAGE_PARTS,
     REASONING_PARTS,
@@ -51,6 +50,7 @@ _MESSAGE_ROLES: Final = frozenset({"user", "assistant", "system", "developer"})
 _INPUT_PARTS: Final = frozenset({"input_text", "input_image", "input_file"})
 _OUTPUT_PARTS: Final = frozenset({"output_text", "refusal"})
 _RESULT_PARTS: Final = frozenset({"input_text", "input_image", "input_file"})
+_SYSTEM_PARTS: Final = frozenset({"input_text"})
 
 
 # ------------------------------------------------------------ items <-> messages
@@ -160,8 +160,10 @@ def _fits(item: dict[str, Any], message: Message) -> bool:
     elif kind == "function_call_output":
         if role != "tool" or metadata.get("tool_call_id") != item.get("call_id"):
             return False
-    elif calls or role == "tool" or ROLE_ALIASES.get(item.get("role"), item.get("role")) != role:
-        return False
+    else:
+        item_role = item.get("role")
+        if calls or role == "tool" or ROLE_ALIASES.get(str(item_role), item_role) != role:
+            return False
     try:
         _check_item(0, item)
     except InvalidPayload:
@@ -188,7 +190,8 @@ def _mapped(message: Message) -> list[dict[str, Any]]:
         if content or role != "assistant":
             items.append({"role": role, "content": content})
     else:
-        parts = _parts(content, "output" if role == "assistant" else "input")
+        place = {"assistant": "output", "user": "input"}.get(role, "system")
+        parts = _parts(content, place)
         if parts or role != "assistant":
             items.append({"role": role, "content": parts or ""})
     for call in tool_calls(message) if role == "assistant" else ():
@@ -204,9 +207,10 @@ def _mapped(message: Message) -> list[dict[str, Any]]:
 
 
 def _part(part: Mapping[str, Any], place: str) -> dict[str, Any] | None:
-    """One part as Responses takes it in ``place`` (``input``: a user or system
-    message; ``output``: an assistant message; ``result``: a function call's
-    output), a text stand-in, or ``None`` (dropped: reasoning, text without text).
+    """One part as Responses takes it in ``place`` (``input``: a user message;
+    ``system``: a system message, text only; ``output``: an assistant message;
+    ``result``: a function call's output), a text stand-in, or ``None`` (dropped:
+    reasoning, text without text).
     """
     kind = part.get("type")
 
@@ -224,7 +228,7 @@ def _part(part: Mapping[str, Any], place: str) -> dict[str, Any] | None:
         return {"type": "refusal", "refusal": refusal} if place == "output" else text(refusal)
     if (document := document_text(part)) is not None:
         return text(document)
-    if place != "output":
+    if place in ("input", "result"):
         detail = part.get("detail")
         if not isinstance(detail, str) and isinstance(part.get("image_url"), Mapping):
             detail = part["image_url"].get("detail")
@@ -283,7 +287,8 @@ def _check_parts(index: int, where: str, parts: list[Any], allowed: frozenset[st
             isinstance(part.get(k), str) for k in ("file_id", "file_data", "file_url")
         ):
             raise _fail(
-                index, f"{where}[{position}]: an input_file part needs file_id, file_data or file_url"
+                index,
+                f"{where}[{position}]: an input_file part needs file_id, file_data or file_url",
             )
         if kind == "refusal" and not isinstance(part.get("refusal"), str):
             raise _fail(index, f"{where}[{position}]: a refusal part needs a string 'refusal'")
@@ -302,7 +307,7 @@ def _check_item(index: int, item: object) -> str:
             raise _fail(index, f"unknown message role {role!r}")
         content = item.get("content")
         if isinstance(content, list):
-            allowed = _OUTPUT_PARTS if role == "assistant" else _INPUT_PARTS
+            allowed = {"assistant": _OUTPUT_PARTS, "user": _INPUT_PARTS}.get(role, _SYSTEM_PARTS)
             _check_parts(index, "content", content, allowed)
         elif not isinstance(content, str):
             raise _fail(index, "message content must be a string or a list of parts")
@@ -329,7 +334,8 @@ def validate_openai_responses(items: object) -> None:
     Rules checked: a list of objects, each a message or with a string ``type``;
     a message's role is user, assistant, system or developer and its content a
     string or a list of parts (``output_text``/``refusal`` for assistant,
-    ``input_text``/``input_image``/``input_file`` otherwise); a ``function_call``
+    ``input_text``/``input_image``/``input_file`` for user, ``input_text`` for
+    system and developer); a ``function_call``
     has a non-empty string ``call_id`` never used by another call, a non-empty
     ``name`` and string ``arguments``; a ``function_call_output`` has the
     ``call_id`` of a call before it, answered once, and an output that is a
