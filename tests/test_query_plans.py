@@ -72,11 +72,7 @@ def test_unanswered_calls_come_from_the_partial_index(name: str) -> None:
 def test_the_backstop_trigger_reads_the_partial_index() -> None:
     """The MEM-3 trigger runs on every user insert: it must not walk every declared call."""
     with Store(":memory:") as store:
-        sql = (
-            store._connection()
-            .execute(
-                "SELECT sql FROM sqlite_master WHERE name = 'messages_user_needs_answered_calls'"
-            )
-            .fetchone()[0]
-        )
+        sql = store._connection().execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'messages_user_needs_answered_calls'"
+        ).fetchone()[0]
     assert "INDEXED BY tool_calls_unanswered" in sql
