@@ -295,11 +295,17 @@ def part_image_url(part: Mapping[str, Any]) -> str | None:
     return None
 
 
+def data_url(url: str) -> tuple[str, str] | None:
+    """The media type and base64 data of a ``data:`` URL, or ``None``."""
+    match = _DATA_URL.fullmatch(url)
+    return (match["media"], match["data"]) if match else None
+
+
 def anthropic_image_source(url: str) -> dict[str, Any]:
     """An Anthropic image ``source`` for a URL or a base64 ``data:`` URL."""
-    match = _DATA_URL.fullmatch(url)
-    if match:
-        return {"type": "base64", "media_type": match["media"], "data": match["data"]}
+    parsed = data_url(url)
+    if parsed:
+        return {"type": "base64", "media_type": parsed[0], "data": parsed[1]}
     return {"type": "url", "url": url}
 
 

@@ -27,6 +27,7 @@ from ._common import (
     anthropic_image_source,
     arguments_object,
     call_name,
+    data_url,
     is_opaque,
     omitted,
     part_file,
@@ -55,7 +56,6 @@ _ASSISTANT_ONLY: Final = frozenset(
 # Blocks of a user turn kept as they are; the server tool results are not among
 # them: they answer a server_tool_use, which the store never holds.
 _NATIVE_USER: Final = frozenset({"search_result", "container_upload"})
-_DATA_URL: Final = re.compile(r"data:(?P<media>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", re.DOTALL)
 
 
 class _Ids:
@@ -122,9 +122,9 @@ def _document(part: Mapping[str, Any]) -> dict[str, Any] | None:
     if file is None:
         return None
     if "file_data" in file:
-        match = _DATA_URL.fullmatch(file["file_data"])
-        if match and match["media"] == "application/pdf":
-            source = {"type": "base64", "media_type": "application/pdf", "data": match["data"]}
+        parsed = data_url(file["file_data"])
+        if parsed and parsed[0] == "application/pdf":
+            source = {"type": "base64", "media_type": "application/pdf", "data": parsed[1]}
             return {"type": "document", "source": source}
         return None
     if "file_url" in file:
