@@ -2,7 +2,8 @@
 
 An export runs in two steps over ``Buffer.read()`` dicts (pure, no I/O):
 
-1. :func:`window`: the last ``limit`` messages, widened to whole turns;
+1. :func:`window`: the last ``limit`` messages, widened to whole turns (a
+   buffer reads only that window: :func:`read_window`);
 2. MEM-5 :func:`~flowdrop_local.rules.normalize.normalize`: system messages
    first, results right after their turn (a result stored *before* its call, which
    the store's MEM-3 ledger counts as the answer, included), a placeholder for
@@ -10,7 +11,9 @@ An export runs in two steps over ``Buffer.read()`` dicts (pure, no I/O):
    and duplicates dropped.
 
 Then each format maps the messages; content parts are mapped part by part, never
-flattened to text.
+flattened to text: a part the target format has no place for becomes a short
+text saying what was left out (:func:`omitted`), never a part the provider
+would refuse.
 """
 
 from __future__ import annotations
