@@ -38,6 +38,8 @@ def check_address_part(name: str, value: object, *, allow_empty: bool) -> str:
 
 
 def check_limit(limit: object) -> int:
+    if isinstance(limit, int) and not -(2**63) <= limit <= 2**63 - 1:  # SQLite's integers
+        raise InvalidArgument("limit must be a non-negative integer below 2**63")
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise InvalidArgument(f"limit must be a non-negative integer, got {limit!r}")
     return limit
@@ -232,22 +234,21 @@ class Buffer:
     def to_openai_chat(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The history as OpenAI Chat Completions ``messages`` (see :mod:`.providers`).
 
-        ``limit``: about the last ``limit`` messages, widened to whole turns.
+        ``limit``: about the last ``limit`` messages, widened to whole turns; only
+        that window is read (:func:`~flowdrop_local.providers.read_window`).
         """
-        from .providers import to_openai_chat
+        from .providers import read_window, to_openai_chat
 
-        return to_openai_chat(self.read(), limit=limit)
+        return to_openai_chat(read_window(self.read, limit))
 
     def to_openai_responses(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The history as OpenAI Responses ``input`` items (see :mod:`.providers`)."""
-        from .providers import to_openai_responses
+        from .providers import read_window, to_openai_responses
 
-        return to_openai_responses(self.read(), limit=limit)
+        return to_openai_responses(read_window(self.read, limit))
 
     def to_anthropic(self, limit: int | None = None) -> dict[str, Any]:
         """The history as Anthropic ``{"system", "messages"}`` (see :mod:`.providers`)."""
-        from .providers import to_anthropic
+        from .providers import read_window, to_anthropic
 
-        return to_anthropic(self.read(), limit=limit)
-
-
+        return to_anthropic(read_window(self.read, limit))

@@ -25,6 +25,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call  # no
 from flowdrop_local import (  # noqa: E402
     PLACEHOLDER_CONTENT,
     InvalidAddress,
+    InvalidArgument,
     Store,
     StoreClosed,
     validate_anthropic,
@@ -326,3 +327,83 @@ def test_sqlite_session_leaves_the_output_far_from_its_call() -> None:
         assert not responses_pairs_adjacent(items, "call_1")
     finally:
         sqlite.close()
+
+
+# ------------------------------------------- placeholders, pops, limits (issue 10)
+
+
+def test_a_placeholder_copied_to_another_session_stays_a_placeholder(db_path: Path) -> None:
+    """get_items() of a healed call, added to a second session, keeps the healed mark there:
+    the real output arriving later replaces it (MEM-10) instead of being dropped (MEM-1)."""
+    first, second = Session("a", db_path), Session("b", db_path)
+    try:
+        run(first.add_items([USER, CALL, {"role": "user", "content": "moving on"}]))
+        copied = run(first.get_items())
+        assert copied[2]["output"] == PLACEHOLDER_CONTENT
+        run(second.add_items(copied))
+        assert second.buffer.read()[2]["metadata"] == {"tool_call_id": "call_1", "healed": True}
+        run(second.add_items([OUTPUT]))
+        items = run(second.get_items())
+        assert items[2] == OUTPUT and len(items) == 4
+        validate_openai_responses(items)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_placeholder_item_sends_no_extra_field(session: Session) -> None:
+    """The item form of a placeholder holds type, call_id and output only (the API is strict)."""
+    run(session.add_items([USER, CALL, {"role": "user", "content": "moving on"}]))
+    placeholder = run(session.get_items())[2]
+    assert placeholder == {
+        "type": "function_call_output",
+        "call_id": "call_1",
+        "output": PLACEHOLDER_CONTENT,
+    }
+
+
+def test_pop_item_removes_only_the_item_it_returns(session: Session) -> None:
+    """A message that maps to two items (text and a call, appended outside the session) loses
+    only the call pop_item returns; the text stays (before: both went, only the call came back)."""
+    session.buffer.append(
+        [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": "Checking.",
+                "tool_calls": [{"id": "c1", "name": "f"}],
+            },
+        ]
+    )
+    before = run(session.get_items())
+    assert len(before) == 3
+    popped = run(session.pop_item())
+    assert popped == before[-1] and popped["type"] == "function_call"
+    assert run(session.get_items()) == before[:-1]
+
+
+def test_pop_item_skips_entries_that_show_no_item(session: Session) -> None:
+    """An empty assistant entry shows as no item: pop_item returns the item before it and
+    removes that item (before: it removed the entry and returned None)."""
+    session.buffer.append([{"role": "user", "content": "go"}, {"role": "assistant", "content": ""}])
+    assert run(session.get_items()) == [{"role": "user", "content": "go"}]
+    assert run(session.pop_item()) == {"role": "user", "content": "go"}
+    assert run(session.get_items()) == []
+    assert run(session.pop_item()) is None
+
+
+def test_pop_item_with_nothing_to_show_removes_nothing(session: Session) -> None:
+    """Only entries that show no item: pop_item returns None and the buffer keeps them."""
+    session.buffer.append({"role": "assistant", "content": ""})
+    assert run(session.pop_item()) is None
+    assert len(session.buffer) == 1
+
+
+@pytest.mark.parametrize("limit", [2**63, 10**40])
+def test_get_items_with_a_limit_beyond_64_bits_is_invalid_argument(
+    session: Session, limit: int
+) -> None:
+    """get_items(2**63) is InvalidArgument, a FlowdropError (before: OverflowError)."""
+    run(session.add_items([USER]))
+    with pytest.raises(InvalidArgument, match="limit"):
+        run(session.get_items(limit))

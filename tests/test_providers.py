@@ -338,25 +338,35 @@ def long_buffer(store: Store) -> Buffer:
     return buf
 
 
-U2_ON = ["sys", "u2", "", "r1", "a1", "u3", "", "stored first", "a2"]
+U2_ON = ["u2", "", "r1", "a1", "u3", "", "stored first", "a2"]
+
+
+U3_ALONE = ["u3", "", PLACEHOLDER_CONTENT, "a2"]
 
 
 @pytest.mark.parametrize(
-    ("limit", "contents"),
+    ("limit", "contents", "read_contents"),
     [
-        (0, ["sys"]),
-        (1, U2_ON),  # u3's turn, widened to u2's: it holds the result of u3's call
-        (7, U2_ON),
-        (9, ["sys", "u1", "a0", *U2_ON[1:]]),
-        (None, ["sys", "u1", "a0", *U2_ON[1:]]),
+        (0, [], []),
+        # u3's turn, widened to u2's: it holds the result of u3's call. The buffer
+        # reads back only until a user turn: a result stored before the last
+        # turn's call (no user turn after it) is not looked for, and the call
+        # gets a placeholder, as a call still waiting for its result would.
+        (1, U2_ON, U3_ALONE),
+        (7, U2_ON, U2_ON),
+        (9, ["u1", "a0", *U2_ON], ["u1", "a0", *U2_ON]),  # no system: it stands before
+        (11, ["sys", "u1", "a0", *U2_ON], ["sys", "u1", "a0", *U2_ON]),
+        (None, ["sys", "u1", "a0", *U2_ON], ["sys", "u1", "a0", *U2_ON]),
     ],
 )
 def test_limit_widens_to_whole_turns(
-    long_buffer: Buffer, limit: int | None, contents: list[str]
+    long_buffer: Buffer, limit: int | None, contents: list[str], read_contents: list[str]
 ) -> None:
-    """The window starts at a user turn, keeps each call with its results, and keeps system."""
+    """The window starts at a user turn and keeps each call with its results it sees."""
+    pure = to_openai_chat(long_buffer.read(), limit=limit)
+    assert [m["content"] or "" for m in pure] == contents
     payload = long_buffer.to_openai_chat(limit)
-    assert [m["content"] or "" for m in payload] == contents
+    assert [m["content"] or "" for m in payload] == read_contents
     validate_openai_chat(payload)
     validate_anthropic(long_buffer.to_anthropic(limit))
     validate_openai_responses(long_buffer.to_openai_responses(limit))

@@ -142,17 +142,35 @@ class Session:
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the most recent item, or ``None`` when there is none.
 
-        Removing a result un-answers its call (the next user item heals it
-        again); removing a turn removes the calls it declared.
+        Exactly that item leaves :meth:`get_items`: a message that maps to several
+        items (assistant text and a call, appended outside the session) keeps the
+        others, stored again one message per item; entries after it that show as
+        no item (an empty assistant turn) go with it. Removing a result
+        un-answers its call (the next user item heals it again); removing a call
+        removes its declaration.
         """
         self._check_not_closed()
         return await asyncio.to_thread(self._pop_item)
 
     def _pop_item(self) -> TResponseInputItem | None:
+        peek = 1
+        while True:
+            tail = self.buffer.read(limit=peek)
+            shown = [bool(message_to_items(m)) for m in tail]
+            if any(shown):
+                after = shown[::-1].index(True)  # trailing messages that show no item
+                break
+            if len(tail) < peek:
+                return None  # no item at all: nothing is removed
+            peek *= 2
+        for _ in range(after):
+            self.buffer.pop()
         last = self.buffer.pop()
-        if last is None:
+        if last is None:  # emptied meanwhile by another writer
             return None
         items = message_to_items(last)
+        if len(items) > 1:
+            self.buffer.append([item_to_message(item) for item in items[:-1]])
         return items[-1] if items else None  # type: ignore[return-value]
 
     async def clear_session(self) -> None:

@@ -5,7 +5,7 @@ siblings read a buffer and call them. Every export is windowed to whole turns,
 normalised (MEM-5) and then mapped, so it passes the format's validator.
 """
 
-from ._common import UNNAMED_TOOL, window
+from ._common import UNNAMED_TOOL, read_window, window
 from .anthropic import OPENING_USER_TEXT, from_anthropic, to_anthropic, validate_anthropic
 from .openai_chat import from_openai_chat, to_openai_chat, validate_openai_chat
 from .openai_responses import (
@@ -22,6 +22,7 @@ __all__ = [
     "from_openai_chat",
     "item_to_message",
     "message_to_items",
+    "read_window",
     "to_anthropic",
     "to_openai_chat",
     "to_openai_responses",

@@ -2,7 +2,8 @@
 
 An export runs in two steps over ``Buffer.read()`` dicts (pure, no I/O):
 
-1. :func:`window`: the last ``limit`` messages, widened to whole turns;
+1. :func:`window`: the last ``limit`` messages, widened to whole turns (a
+   buffer reads only that window: :func:`read_window`);
 2. MEM-5 :func:`~flowdrop_local.rules.normalize.normalize`: system messages
    first, results right after their turn (a result stored *before* its call, which
    the store's MEM-3 ledger counts as the answer, included), a placeholder for
@@ -10,19 +11,21 @@ An export runs in two steps over ``Buffer.read()`` dicts (pure, no I/O):
    and duplicates dropped.
 
 Then each format maps the messages; content parts are mapped part by part, never
-flattened to text.
+flattened to text: a part the target format has no place for becomes a short
+text saying what was left out (:func:`omitted`), never a part the provider
+would refuse.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from ..errors import InvalidArgument
 from ..model import ToolCall
-from ..rules.normalize import Message, normalize
+from ..rules.normalize import Message, is_empty_content, normalize
 from ..rules.pairing import call_id_of, is_usable_call_id
 
 # A declared call without a name still needs one to be sent; providers require it.
@@ -37,29 +40,53 @@ IMAGE_PARTS: Final = frozenset({"image_url", "input_image", "image"})
 REASONING_PARTS: Final = frozenset(
     {"thinking", "redacted_thinking", "reasoning", "reasoning_text", "summary_text"}
 )
+# Every content block type the Anthropic Messages API defines (the ``anthropic``
+# package's ``ContentBlockParam`` union), and those a ``tool_result`` may hold
+# (``ToolResultBlockParam.Content``).
+ANTHROPIC_BLOCKS: Final = frozenset(
+    {
+        "text",
+        "image",
+        "document",
+        "search_result",
+        "thinking",
+        "redacted_thinking",
+        "tool_use",
+        "tool_result",
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "tool_search_tool_result",
+        "container_upload",
+    }
+)
+ANTHROPIC_RESULT_BLOCKS: Final = frozenset(
+    {"text", "image", "search_result", "document", "tool_reference", "browser_state"}
+)
+_FILE_FIELDS: Final = ("file_id", "file_data", "filename", "file_url")
 _DATA_URL = re.compile(r"data:(?P<media>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", re.DOTALL)
 
 
 # ---------------------------------------------------------------- windowing
 
 
-def window(messages: Sequence[Message], limit: int | None) -> list[Message]:
-    """The last ``limit`` messages, widened so that the window is whole turns.
-
-    The start moves back to the user message that opens its turn (or to the
-    first message), and further back while a call in the window has a result
-    before it, or a result in the window answers a call before it: a payload
-    never starts with a result whose call was cut off, and never separates a call
-    from its results. System messages are instructions, not turns: every one of
-    them is kept, wherever it stood. ``limit=None`` is the whole list.
-
-    Raises:
-        ValueError: ``limit`` is not a non-negative integer.
-    """
-    if limit is None:
-        return list(messages)
+def _check_window_limit(limit: object) -> None:
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
+
+
+def _ids_of(message: Message) -> list[Any]:
+    """The call ids a message names: its result's, or the calls it declares."""
+    metadata = message.get("metadata") or {}
+    ids: list[Any] = [metadata.get("tool_call_id")] if message.get("role") == "tool" else []
+    return ids + [call_id_of(c) for c in metadata.get("tool_calls") or () if isinstance(c, Mapping)]
+
+
+def _window_start(messages: Sequence[Message], limit: int) -> int:
+    """Where the window of the last ``limit`` messages starts, widened to whole turns."""
     declared_at: dict[str, int] = {}
     answered_at: dict[str, int] = {}
     for index, message in enumerate(messages):
@@ -79,12 +106,7 @@ def window(messages: Sequence[Message], limit: int | None) -> list[Message]:
             start -= 1
         earliest = start
         for message in messages[start:]:
-            metadata = message.get("metadata") or {}
-            ids: list[Any] = [metadata.get("tool_call_id")] if message.get("role") == "tool" else []
-            ids += [
-                call_id_of(c) for c in metadata.get("tool_calls") or () if isinstance(c, Mapping)
-            ]
-            for call_id in ids:
+            for call_id in _ids_of(message):
                 if isinstance(call_id, str):
                     earliest = min(
                         earliest,
@@ -94,7 +116,82 @@ def window(messages: Sequence[Message], limit: int | None) -> list[Message]:
         if earliest == start:
             break
         start = earliest
-    return [m for m in messages[:start] if m.get("role") == "system"] + list(messages[start:])
+    return start
+
+
+def window(messages: Sequence[Message], limit: int | None) -> list[Message]:
+    """The last ``limit`` messages, widened so that the window is whole turns.
+
+    The start moves back to the user message that opens its turn (or to the
+    first message), and further back while a call in the window has a result
+    before it, or a result in the window answers a call before it: a payload
+    never starts with a result whose call was cut off, and never separates a call
+    from its results. System messages inside the window are kept (MEM-5 moves
+    them to the front); one before it is not, as the window a buffer reads
+    (:func:`read_window`) never reaches it. ``limit=None`` is the whole list.
+
+    Raises:
+        InvalidArgument: ``limit`` is not a non-negative integer (a ``ValueError``).
+    """
+    if limit is None:
+        return list(messages)
+    _check_window_limit(limit)
+    return list(messages[_window_start(messages, limit) :])
+
+
+def _settled(chunk: Sequence[Message], start: int) -> bool:
+    """True when nothing in ``chunk[start:]`` pairs with a message before ``chunk``.
+
+    A call followed by a user turn was healed, so its result is stored somewhere;
+    if not in ``chunk``, it is before it. A result whose call ``chunk`` does not
+    declare may answer a call before it.
+    """
+    declared: set[Any] = set()
+    answered: set[Any] = set()
+    for message in chunk:
+        if message.get("role") == "tool":
+            answered.update(_ids_of(message))
+        else:
+            declared.update(_ids_of(message))
+    user_after = False
+    for message in reversed(chunk[start:]):
+        role = message.get("role")
+        if role == "user":
+            user_after = True
+        elif role == "tool":
+            if not declared.issuperset(_ids_of(message)):
+                return False
+        elif user_after and not answered.issuperset(
+            i for i in _ids_of(message) if is_usable_call_id(i)
+        ):
+            return False
+    return True
+
+
+def read_window(read: Callable[[int | None], list[Message]], limit: int | None) -> list[Message]:
+    """The window of ``limit`` messages (:func:`window`), reading only what it needs.
+
+    ``read(n)`` returns the last ``n`` messages (``Buffer.read``). The read
+    starts at ``limit`` messages and doubles until the window starts at a user
+    turn inside what was read and pairs nothing before it, or the whole buffer
+    was read: the cost follows the window, not the buffer. ``limit=None`` reads
+    everything.
+
+    Raises:
+        InvalidArgument: ``limit`` is not a non-negative integer (a ``ValueError``).
+    """
+    if limit is None:
+        return read(None)
+    _check_window_limit(limit)
+    if limit == 0:
+        return []
+    size = limit
+    while True:
+        chunk = read(size)
+        start = _window_start(chunk, limit)
+        if len(chunk) < size or (start > 0 and _settled(chunk, start)):
+            return chunk[start:]
+        size *= 2
 
 
 def prepare(messages: Sequence[Message], limit: int | None = None) -> list[Message]:
@@ -112,12 +209,20 @@ def responses_item(message: Message) -> dict[str, Any] | None:
 
 
 def is_opaque(message: Message) -> bool:
-    """True for a stored Responses item with no chat meaning (reasoning, hosted calls).
+    """True for an assistant entry that is only a stored Responses item with no chat meaning.
 
-    Only the Responses export carries it; the others skip it.
+    Reasoning or a hosted tool call, with no content and no calls of its own: only
+    the Responses export carries it; the others skip it. A message that declares
+    calls, answers one or holds content is never skipped, whatever its metadata.
     """
     item = responses_item(message)
-    return item is not None and item.get("type", "message") not in RESPONSES_MESSAGE_TYPES
+    return (
+        item is not None
+        and item.get("type", "message") not in RESPONSES_MESSAGE_TYPES
+        and message["role"] == "assistant"
+        and not message["metadata"].get("tool_calls")
+        and is_empty_content(message["content"])
+    )
 
 
 def tool_calls(message: Message) -> list[ToolCall]:
@@ -193,9 +298,73 @@ def part_image_url(part: Mapping[str, Any]) -> str | None:
     return None
 
 
+def data_url(url: str) -> tuple[str, str] | None:
+    """The media type and base64 data of a ``data:`` URL, or ``None``."""
+    match = _DATA_URL.fullmatch(url)
+    return (match["media"], match["data"]) if match else None
+
+
 def anthropic_image_source(url: str) -> dict[str, Any]:
     """An Anthropic image ``source`` for a URL or a base64 ``data:`` URL."""
-    match = _DATA_URL.fullmatch(url)
-    if match:
-        return {"type": "base64", "media_type": match["media"], "data": match["data"]}
+    parsed = data_url(url)
+    if parsed:
+        return {"type": "base64", "media_type": parsed[0], "data": parsed[1]}
     return {"type": "url", "url": url}
+
+
+def part_image_file_id(part: Mapping[str, Any]) -> str | None:
+    """The OpenAI file id of a Responses ``input_image`` given by ``file_id``."""
+    file_id = part.get("file_id")
+    return file_id if part.get("type") == "input_image" and isinstance(file_id, str) else None
+
+
+def part_file(part: Mapping[str, Any]) -> dict[str, str] | None:
+    """An OpenAI file reference (``file_id``, ``file_data`` + ``filename``, or ``file_url``).
+
+    Read from a Chat ``file`` part, a Responses ``input_file`` part, or an
+    Anthropic ``document`` with a base64 or URL source; ``None`` for anything else
+    (an Anthropic file id is not an OpenAI one).
+    """
+    kind = part.get("type")
+    if kind in ("file", "input_file"):
+        source = part.get("file") if kind == "file" else part
+        if not isinstance(source, Mapping):
+            return None
+        found = {k: source[k] for k in _FILE_FIELDS if isinstance(source.get(k), str)}
+        if kind == "file":
+            found.pop("file_url", None)  # Chat takes no file URL
+        return found if found.keys() & {"file_id", "file_data", "file_url"} else None
+    if kind == "document":
+        source = part.get("source")
+        if not isinstance(source, Mapping):
+            return None
+        title = part.get("title")
+        filename = title if isinstance(title, str) and title.strip() else "document.pdf"
+        media, data = source.get("media_type"), source.get("data")
+        if source.get("type") == "base64" and isinstance(media, str) and isinstance(data, str):
+            return {"file_data": f"data:{media};base64,{data}", "filename": filename}
+        if source.get("type") == "url" and isinstance(source.get("url"), str):
+            return {"file_url": source["url"]}
+    return None
+
+
+def document_text(part: Mapping[str, Any]) -> str | None:
+    """The text of an Anthropic ``document`` whose source is plain text."""
+    source = part.get("source")
+    if part.get("type") == "document" and isinstance(source, Mapping):
+        data = source.get("data")
+        if source.get("type") == "text" and isinstance(data, str):
+            return data
+    return None
+
+
+def refusal_text(part: Mapping[str, Any]) -> str | None:
+    """The text of an OpenAI ``refusal`` part."""
+    refusal = part.get("refusal")
+    return refusal if part.get("type") == "refusal" and isinstance(refusal, str) else None
+
+
+def omitted(part: Mapping[str, Any]) -> str:
+    """The text that stands in for a part the target format cannot carry: says what was dropped."""
+    kind = str(part.get("type"))
+    return f"[{kind[:40]} omitted]"

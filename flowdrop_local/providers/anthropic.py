@@ -20,26 +20,42 @@ from typing import Any, Final
 from ..errors import InvalidPayload
 from ..rules.normalize import Message
 from ._common import (
+    ANTHROPIC_BLOCKS,
+    ANTHROPIC_RESULT_BLOCKS,
     IMAGE_PARTS,
+    TEXT_PARTS,
     anthropic_image_source,
     arguments_object,
     call_name,
+    data_url,
     is_opaque,
+    omitted,
+    part_file,
     part_image_url,
     part_text,
     prepare,
+    refusal_text,
     tool_calls,
 )
 
 FORMAT: Final = "anthropic"
-# A payload must open with a user turn; a history that opens with an assistant
-# turn (a greeting, or a window cut there) gets this one before it.
+# A payload must open with a user turn and hold at least one: a history that
+# opens with an assistant turn (a greeting, or a window cut there), or has no
+# turn to send at all, gets this one before it.
 OPENING_USER_TEXT: Final = "(conversation continues)"
 _TOOL_ID: Final = re.compile(r"[a-zA-Z0-9_-]+")
 _ANTHROPIC_REASONING: Final = frozenset({"thinking", "redacted_thinking"})
 _OTHER_REASONING: Final = frozenset({"reasoning", "reasoning_text", "summary_text"})
-_USER_ONLY: Final = frozenset({"image", "document", "tool_result"})
-_ASSISTANT_ONLY: Final = frozenset({"tool_use", "thinking", "redacted_thinking", "server_tool_use"})
+_USER_ONLY: Final = frozenset(
+    {"image", "document", "tool_result", "search_result", "container_upload"}
+)
+_ASSISTANT_ONLY: Final = frozenset(
+    {"tool_use", "thinking", "redacted_thinking", "server_tool_use"}
+    | {kind for kind in ANTHROPIC_BLOCKS if kind.endswith("_tool_result") and kind != "tool_result"}
+)
+# Blocks of a user turn kept as they are; the server tool results are not among
+# them: they answer a server_tool_use, which the store never holds.
+_NATIVE_USER: Final = frozenset({"search_result", "container_upload"})
 
 
 class _Ids:
@@ -52,7 +68,9 @@ class _Ids:
     def __call__(self, call_id: str) -> str:
         safe = self._ids.get(call_id)
         if safe is None:
-            safe = call_id if _TOOL_ID.fullmatch(call_id) else self._rewrite(call_id)
+            # A safe id is kept unless a rewritten one already took it.
+            usable = _TOOL_ID.fullmatch(call_id) and call_id not in self._used
+            safe = call_id if usable else self._rewrite(call_id)
             self._ids[call_id] = safe
             self._used.add(safe)
         return safe
@@ -66,21 +84,58 @@ class _Ids:
         return safe
 
 
-def _blocks(content: str | list[Any]) -> list[dict[str, Any]]:
+def _block(part: Mapping[str, Any], place: str) -> dict[str, Any] | None:
+    """One part as a block Anthropic takes in ``place`` (``user``, ``assistant``,
+    ``system`` or ``result``: a ``tool_result``'s content), a text stand-in, or
+    ``None`` (dropped: blank text, reasoning that is not Anthropic's, or Anthropic
+    thinking outside an assistant turn).
+    """
+    kind = part.get("type")
+    if kind in TEXT_PARTS:
+        text = part_text(part)
+        return {"type": "text", "text": text} if text is not None and text.strip() else None
+    if kind in _OTHER_REASONING or (kind in _ANTHROPIC_REASONING and place != "assistant"):
+        return None
+    if kind in _ANTHROPIC_REASONING:
+        return dict(part)
+    if (refusal := refusal_text(part)) is not None:
+        return {"type": "text", "text": refusal} if refusal.strip() else None
+    if place in ("user", "result"):
+        if kind == "image" and isinstance(part.get("source"), Mapping):
+            return dict(part)
+        if kind in IMAGE_PARTS and (url := part_image_url(part)) is not None:
+            return {"type": "image", "source": anthropic_image_source(url)}
+        if kind == "document" and isinstance(part.get("source"), Mapping):
+            return dict(part)
+        if (document := _document(part)) is not None:
+            return document
+        if kind in _NATIVE_USER and (place == "user" or kind in ANTHROPIC_RESULT_BLOCKS):
+            return dict(part)
+    return {"type": "text", "text": omitted(part)}
+
+
+def _document(part: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A ``document`` block for an OpenAI file part holding a PDF or a URL, else ``None``."""
+    if part.get("type") == "document":
+        return None
+    file = part_file(part)
+    if file is None:
+        return None
+    if "file_data" in file:
+        parsed = data_url(file["file_data"])
+        if parsed and parsed[0] == "application/pdf":
+            source = {"type": "base64", "media_type": "application/pdf", "data": parsed[1]}
+            return {"type": "document", "source": source}
+        return None
+    if "file_url" in file:
+        return {"type": "document", "source": {"type": "url", "url": file["file_url"]}}
+    return None
+
+
+def _blocks(content: str | list[Any], place: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content.strip() else []
-    blocks: list[dict[str, Any]] = []
-    for part in content:
-        kind = part.get("type")
-        text = part_text(part)
-        if text is not None:
-            if text.strip():
-                blocks.append({"type": "text", "text": text})
-        elif kind in IMAGE_PARTS and kind != "image" and (url := part_image_url(part)) is not None:
-            blocks.append({"type": "image", "source": anthropic_image_source(url)})
-        elif kind not in _OTHER_REASONING:
-            blocks.append(dict(part))
-    return blocks
+    return [b for b in (_block(part, place) for part in content) if b is not None]
 
 
 def _simplified(blocks: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
@@ -94,8 +149,11 @@ def to_anthropic(messages: Sequence[Message], *, limit: int | None = None) -> di
 
     ``system`` is present only when the history has system messages: one text
     gives a string, several (or parts) a list of text blocks. Blank text is left
-    out (Anthropic refuses it), and a turn left empty with it. ``limit`` as for
-    :func:`~flowdrop_local.providers.openai_chat.to_openai_chat`.
+    out (Anthropic refuses it), and a turn left empty with it. A history that
+    opens with an assistant turn, or holds no turn to send (Anthropic refuses an
+    empty list), gets the user turn :data:`OPENING_USER_TEXT` first. A part
+    Anthropic has no block for becomes a short text saying what was left out.
+    ``limit`` as for :func:`~flowdrop_local.providers.openai_chat.to_openai_chat`.
     """
     ids = _Ids()
     system: list[dict[str, Any]] = []
@@ -105,7 +163,7 @@ def to_anthropic(messages: Sequence[Message], *, limit: int | None = None) -> di
             continue
         role = message["role"]
         if role == "system":
-            system.extend(b for b in _blocks(message["content"]) if b["type"] == "text")
+            system.extend(_blocks(message["content"], "system"))
             continue
         if role == "tool":
             metadata = message["metadata"]
@@ -113,7 +171,7 @@ def to_anthropic(messages: Sequence[Message], *, limit: int | None = None) -> di
                 "type": "tool_result",
                 "tool_use_id": ids(metadata["tool_call_id"]),
             }
-            content = _blocks(message["content"])
+            content = _blocks(message["content"], "result")
             if content:
                 result["content"] = _simplified(content)
             if metadata.get("is_error") is True:
@@ -121,9 +179,8 @@ def to_anthropic(messages: Sequence[Message], *, limit: int | None = None) -> di
             blocks = [result]
             role = "user"
         else:
-            blocks = _blocks(message["content"])
+            blocks = _blocks(message["content"], role)
             if role == "assistant":
-                blocks = [b for b in blocks if b.get("type") not in _USER_ONLY]
                 blocks += [
                     {
                         "type": "tool_use",
@@ -133,15 +190,14 @@ def to_anthropic(messages: Sequence[Message], *, limit: int | None = None) -> di
                     }
                     for call in tool_calls(message)
                 ]
-            else:
-                blocks = [b for b in blocks if b.get("type") not in _ASSISTANT_ONLY]
         if not blocks:
             continue
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": blocks})
-    if turns and turns[0]["role"] == "assistant":
+    if not turns or turns[0]["role"] == "assistant":
+        # Anthropic refuses an empty list as it refuses an assistant opening.
         turns.insert(0, {"role": "user", "content": [{"type": "text", "text": OPENING_USER_TEXT}]})
     payload: dict[str, Any] = {}
     if system:
@@ -231,14 +287,35 @@ def _check_text_block(index: int, where: str, block: Mapping[str, Any]) -> None:
         raise _fail(index, f"{where}: a text block needs non-whitespace text")
 
 
+def _check_result_content(index: int, where: str, content: object) -> None:
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise _fail(index, f"{where}: tool_result content must be text or a list of blocks")
+    for position, block in enumerate(content):
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind not in ANTHROPIC_RESULT_BLOCKS:
+            raise _fail(
+                index,
+                f"{where}.content[{position}]: a tool_result holds "
+                f"{sorted(ANTHROPIC_RESULT_BLOCKS)}, not {kind!r}",
+            )
+        if kind == "text":
+            assert isinstance(block, Mapping)
+            _check_text_block(index, f"{where}.content[{position}]", block)
+
+
 def validate_anthropic(payload: object) -> None:
     """Raise unless ``payload`` is an Anthropic Messages request body the API accepts.
 
     Rules checked: an object with a ``messages`` list; ``system``, if present, a
     string or a list of text blocks; each message's role is user or assistant
-    (system is not a message role); the first message is a user turn, and two
+    (system is not a message role); the list is not empty; the first message is a
+    user turn, and two
     turns of one role never stand side by side; content is non-whitespace text or
-    a non-empty list of blocks with a string ``type``; text blocks hold
+    a non-empty list of blocks of a type the Messages API defines (a
+    ``tool_result``'s own content: text, image, search_result, document,
+    tool_reference, browser_state); text blocks hold
     non-whitespace text; ``tool_use``, ``thinking`` and ``redacted_thinking``
     only in assistant turns, ``tool_result``, ``image`` and ``document`` only in
     user turns; a ``tool_use`` has an id matching ``[a-zA-Z0-9_-]+`` never used
@@ -264,6 +341,8 @@ def validate_anthropic(payload: object) -> None:
     messages = payload.get("messages")
     if not isinstance(messages, list):
         raise _fail(None, "messages must be a list")
+    if not messages:
+        raise _fail(None, "messages must not be empty")
     seen: set[str] = set()
     pending: dict[str, None] = {}
     turn = -1
@@ -297,6 +376,8 @@ def validate_anthropic(payload: object) -> None:
             if not isinstance(kind, str):
                 raise _fail(index, f"{where} must be a block with a string 'type'")
             assert isinstance(block, Mapping)
+            if kind not in ANTHROPIC_BLOCKS:
+                raise _fail(index, f"{where}: {kind!r} is not a block type of the Messages API")
             if role == "assistant" and kind in _USER_ONLY:
                 raise _fail(index, f"{where}: a {kind} block belongs in a user turn")
             if role == "user" and kind in _ASSISTANT_ONLY:
@@ -327,11 +408,7 @@ def validate_anthropic(payload: object) -> None:
                         f"{where}: tool_result for {call_id!r} answers no tool_use just before",
                     )
                 del answers[call_id]
-                result = block.get("content")
-                if result is not None and not isinstance(result, str | list):
-                    raise _fail(
-                        index, f"{where}: tool_result content must be text or a list of blocks"
-                    )
+                _check_result_content(index, where, block.get("content"))
             else:
                 past_results = True
         if answers:

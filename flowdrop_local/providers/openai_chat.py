@@ -15,12 +15,17 @@ from ..rules.normalize import Message
 from ._common import (
     IMAGE_PARTS,
     REASONING_PARTS,
+    TEXT_PARTS,
     arguments_text,
     call_name,
+    document_text,
     is_opaque,
+    omitted,
+    part_file,
     part_image_url,
     part_text,
     prepare,
+    refusal_text,
     tool_calls,
 )
 
@@ -36,29 +41,43 @@ _PART_TYPES: Final[dict[str, frozenset[str]]] = {
 }
 
 
-def _parts(content: list[Any]) -> list[Any]:
-    parts: list[Any] = []
-    for part in content:
+def _part(part: Mapping[str, Any], role: str) -> dict[str, Any] | None:
+    """One part as ``role`` may carry it in Chat, a text stand-in, or ``None`` (dropped)."""
+    kind = part.get("type")
+    if kind in TEXT_PARTS:
         text = part_text(part)
-        if text is not None:
-            parts.append({"type": "text", "text": text})
-        elif part.get("type") in IMAGE_PARTS and (url := part_image_url(part)) is not None:
+        return None if text is None else {"type": "text", "text": text}
+    if kind in REASONING_PARTS:
+        return None
+    if (refusal := refusal_text(part)) is not None:
+        if role == "assistant":
+            return {"type": "refusal", "refusal": refusal}
+        return {"type": "text", "text": refusal}
+    if (text := document_text(part)) is not None:
+        return {"type": "text", "text": text}
+    if role == "user":
+        if kind in IMAGE_PARTS and (url := part_image_url(part)) is not None:
             image: dict[str, Any] = {"url": url}
             detail = part.get("detail")
             if detail is None and isinstance(part.get("image_url"), Mapping):
                 detail = part["image_url"].get("detail")
             if isinstance(detail, str):
                 image["detail"] = detail
-            parts.append({"type": "image_url", "image_url": image})
-        elif part.get("type") not in REASONING_PARTS:
-            parts.append(dict(part))
-    return parts
+            return {"type": "image_url", "image_url": image}
+        file = part_file(part)
+        if file is not None and "file_url" not in file:
+            return {"type": "file", "file": file}
+        audio = part.get("input_audio")
+        if kind == "input_audio" and isinstance(audio, Mapping):
+            return {"type": "input_audio", "input_audio": dict(audio)}
+    return {"type": "text", "text": omitted(part)}
 
 
-def _content(content: str | list[Any]) -> str | list[Any]:
+def _content(content: str | list[Any], role: str) -> str | list[Any]:
     if isinstance(content, str):
         return content
-    return _parts(content) or ""  # an empty list of parts is refused; empty text is not
+    parts = [p for p in (_part(part, role) for part in content) if p is not None]
+    return parts or ""  # an empty list of parts is refused; empty text is not
 
 
 def to_openai_chat(
@@ -74,7 +93,7 @@ def to_openai_chat(
         if is_opaque(message):
             continue
         role = message["role"]
-        content = _content(message["content"])
+        content = _content(message["content"], role)
         if role == "tool":
             payload.append(
                 {
@@ -168,6 +187,18 @@ def _check_content(index: int, role: str, content: object, has_calls: bool) -> N
             image = part.get("image_url")
             if not isinstance(image, Mapping) or not isinstance(image.get("url"), str):
                 raise _fail(index, f"content[{position}]: an image_url part needs image_url.url")
+        if kind == "refusal" and not isinstance(part.get("refusal"), str):
+            raise _fail(index, f"content[{position}]: a refusal part needs a string 'refusal'")
+        if kind == "file":
+            file = part.get("file")
+            if not isinstance(file, Mapping) or not (
+                isinstance(file.get("file_id"), str) or isinstance(file.get("file_data"), str)
+            ):
+                raise _fail(
+                    index, f"content[{position}]: a file part needs file.file_id or file_data"
+                )
+        if kind == "input_audio" and not isinstance(part.get("input_audio"), Mapping):
+            raise _fail(index, f"content[{position}]: an input_audio part needs input_audio")
 
 
 def validate_openai_chat(messages: object) -> None:

@@ -17,26 +17,40 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ..errors import InvalidPayload
-from ..rules.normalize import Message
-from ..rules.pairing import PLACEHOLDER_CONTENT, is_placeholder
+from ..rules.normalize import ROLE_ALIASES, Message, is_empty_content
+from ..rules.pairing import (
+    PLACEHOLDER_CONTENT,
+    is_placeholder,
+    is_usable_call_id,
+    placeholder_message,
+)
 from ._common import (
     IMAGE_PARTS,
     REASONING_PARTS,
     RESPONSES_ITEM,
+    RESPONSES_MESSAGE_TYPES,
+    TEXT_PARTS,
+    UNNAMED_TOOL,
     arguments_text,
     call_name,
+    document_text,
+    omitted,
+    part_file,
+    part_image_file_id,
     part_image_url,
     part_text,
     prepare,
+    refusal_text,
     responses_item,
     tool_calls,
 )
 
 FORMAT: Final = "openai-responses"
 _MESSAGE_ROLES: Final = frozenset({"user", "assistant", "system", "developer"})
-_INPUT_PARTS: Final = frozenset({"input_text", "input_image", "input_file", "input_audio"})
+_INPUT_PARTS: Final = frozenset({"input_text", "input_image", "input_file"})
 _OUTPUT_PARTS: Final = frozenset({"output_text", "refusal"})
 _RESULT_PARTS: Final = frozenset({"input_text", "input_image", "input_file"})
+_SYSTEM_PARTS: Final = frozenset({"input_text"})
 
 
 # ------------------------------------------------------------ items <-> messages
@@ -49,7 +63,10 @@ def item_to_message(item: Mapping[str, Any]) -> dict[str, Any]:
       of that role (``developer`` stored as ``system``) with its content;
     * ``function_call`` is an assistant turn declaring one call whose id is
       ``call_id`` (spec shape ``{"tool_call_id", "name", "arguments"}``);
-    * ``function_call_output`` is a ``tool`` result for ``call_id``;
+    * ``function_call_output`` is a ``tool`` result for ``call_id``; one whose
+      output is exactly the placeholder text (:data:`PLACEHOLDER_CONTENT`, what
+      :func:`message_to_items` gives for a healed placeholder) is that
+      placeholder again, marked healed;
     * any other item (reasoning, hosted tool calls, references) is an
       assistant entry with empty content: it never heals or pairs anything.
 
@@ -72,7 +89,13 @@ def item_to_message(item: Mapping[str, Any]) -> dict[str, Any]:
             "metadata": {"tool_calls": [call], RESPONSES_ITEM: dict(item)},
         }
     if kind == "function_call_output":
-        return _with_item("tool", item, "output", {"tool_call_id": item.get("call_id")})
+        call_id = item.get("call_id")
+        if item.get("output") == PLACEHOLDER_CONTENT and is_usable_call_id(call_id):
+            # The placeholder text is the item form of a healed placeholder: it
+            # stays one, so a later real output still replaces it (MEM-10).
+            assert isinstance(call_id, str)
+            return placeholder_message(call_id)
+        return _with_item("tool", item, "output", {"tool_call_id": call_id})
     return {"role": "assistant", "content": "", "metadata": {RESPONSES_ITEM: dict(item)}}
 
 
@@ -90,24 +113,71 @@ def message_to_items(message: Message) -> list[dict[str, Any]]:
     """The Responses items for one stored message.
 
     A message stored by :func:`item_to_message` gives back its item exactly (a
-    real result that replaced a placeholder in place (MEM-10) included); a healed
-    placeholder gives a ``function_call_output`` stating the interruption; any
-    other message is mapped: text and parts to a message item, each declared call
-    to a ``function_call``, a result to a ``function_call_output``.
+    real result that replaced a placeholder in place (MEM-10) included), as long
+    as the item still says what the message says and is one the API takes (a
+    ``function_call`` stored without a name goes out as ``unnamed_tool``); a
+    reasoning or hosted-tool item is followed by the message's own content and
+    calls, if it has any. A healed placeholder gives a ``function_call_output``
+    stating the interruption; any other message is mapped: text and parts to a
+    message item, each declared call to a ``function_call``, a result to a
+    ``function_call_output``.
     """
     item = responses_item(message)
     if item is not None:
-        restored = copy.deepcopy(item)
-        field = "output" if restored.get("type") == "function_call_output" else "content"
-        if field not in restored and (field == "output" or "role" in restored):
-            restored[field] = copy.deepcopy(message["content"])
-        return [restored]
+        restored = _restored(item, message)
+        if restored.get("type", "message") not in RESPONSES_MESSAGE_TYPES:
+            mapped = _mapped(message)
+            return [restored, *mapped] if message["role"] == "assistant" else mapped
+        if _fits(restored, message):
+            return [restored]
+    return _mapped(message)
+
+
+def _restored(item: Mapping[str, Any], message: Message) -> dict[str, Any]:
+    restored = copy.deepcopy(dict(item))
+    kind = restored.get("type", "message" if "role" in restored else None)
+    field = "output" if kind == "function_call_output" else "content"
+    if field not in restored and (field == "output" or "role" in restored):
+        restored[field] = copy.deepcopy(message["content"])
+    if kind == "function_call":
+        name = restored.get("name")
+        if not isinstance(name, str) or not name.strip():
+            restored["name"] = UNNAMED_TOOL
+        if not isinstance(restored.get("arguments"), str):
+            restored["arguments"] = arguments_text(restored.get("arguments"))
+    return restored
+
+
+def _fits(item: dict[str, Any], message: Message) -> bool:
+    """True when ``item`` says what ``message`` says, and the API takes it."""
+    role, metadata = message["role"], message["metadata"]
+    kind = item.get("type", "message")
+    calls = tool_calls(message) if role == "assistant" else []
+    if kind == "function_call":
+        same = [call.id for call in calls] == [item.get("call_id")]
+        if not same or not is_empty_content(message["content"]):
+            return False
+    elif kind == "function_call_output":
+        if role != "tool" or metadata.get("tool_call_id") != item.get("call_id"):
+            return False
+    else:
+        item_role = item.get("role")
+        if calls or role == "tool" or ROLE_ALIASES.get(str(item_role), item_role) != role:
+            return False
+    try:
+        _check_item(0, item)
+    except InvalidPayload:
+        return False
+    return True
+
+
+def _mapped(message: Message) -> list[dict[str, Any]]:
     role, content, metadata = message["role"], message["content"], message["metadata"]
     if role == "tool":
         if is_placeholder(message):
             output: str | list[Any] = PLACEHOLDER_CONTENT
         else:
-            output = content if isinstance(content, str) else _parts(content, _RESULT_PARTS)
+            output = content if isinstance(content, str) else _parts(content, "result")
         return [
             {
                 "type": "function_call_output",
@@ -120,8 +190,8 @@ def message_to_items(message: Message) -> list[dict[str, Any]]:
         if content or role != "assistant":
             items.append({"role": role, "content": content})
     else:
-        allowed = _OUTPUT_PARTS if role == "assistant" else _INPUT_PARTS
-        parts = _parts(content, allowed, output=role == "assistant")
+        place = {"assistant": "output", "user": "input"}.get(role, "system")
+        parts = _parts(content, place)
         if parts or role != "assistant":
             items.append({"role": role, "content": parts or ""})
     for call in tool_calls(message) if role == "assistant" else ():
@@ -136,28 +206,44 @@ def message_to_items(message: Message) -> list[dict[str, Any]]:
     return items
 
 
-def _parts(content: list[Any], allowed: frozenset[str], *, output: bool = False) -> list[Any]:
-    parts: list[Any] = []
-    for part in content:
-        kind = part.get("type")
-        text = part_text(part)
-        if text is not None:
-            if output:
-                parts.append({"type": "output_text", "text": text, "annotations": []})
-            else:
-                parts.append({"type": "input_text", "text": text})
-        elif kind in IMAGE_PARTS and (url := part_image_url(part)) is not None and not output:
-            detail = part.get("detail")
-            parts.append(
-                {
-                    "type": "input_image",
-                    "image_url": url,
-                    "detail": detail if isinstance(detail, str) else "auto",
-                }
-            )
-        elif kind not in REASONING_PARTS:
-            parts.append(dict(part))
-    return parts
+def _part(part: Mapping[str, Any], place: str) -> dict[str, Any] | None:
+    """One part as Responses takes it in ``place`` (``input``: a user message;
+    ``system``: a system message, text only; ``output``: an assistant message;
+    ``result``: a function call's output), a text stand-in, or ``None`` (dropped:
+    reasoning, text without text).
+    """
+    kind = part.get("type")
+
+    def text(value: str) -> dict[str, Any]:
+        if place == "output":
+            return {"type": "output_text", "text": value, "annotations": []}
+        return {"type": "input_text", "text": value}
+
+    if kind in TEXT_PARTS:
+        found = part_text(part)
+        return None if found is None else text(found)
+    if kind in REASONING_PARTS:
+        return None
+    if (refusal := refusal_text(part)) is not None:
+        return {"type": "refusal", "refusal": refusal} if place == "output" else text(refusal)
+    if (document := document_text(part)) is not None:
+        return text(document)
+    if place in ("input", "result"):
+        detail = part.get("detail")
+        if not isinstance(detail, str) and isinstance(part.get("image_url"), Mapping):
+            detail = part["image_url"].get("detail")
+        detail = detail if isinstance(detail, str) else "auto"
+        if kind in IMAGE_PARTS and (url := part_image_url(part)) is not None:
+            return {"type": "input_image", "image_url": url, "detail": detail}
+        if (file_id := part_image_file_id(part)) is not None:
+            return {"type": "input_image", "file_id": file_id, "detail": detail}
+        if (file := part_file(part)) is not None:
+            return {"type": "input_file", **file}
+    return text(omitted(part))
+
+
+def _parts(content: list[Any], place: str) -> list[Any]:
+    return [p for p in (_part(part, place) for part in content) if p is not None]
 
 
 def to_openai_responses(
@@ -197,6 +283,49 @@ def _check_parts(index: int, where: str, parts: list[Any], allowed: frozenset[st
             raise _fail(
                 index, f"{where}[{position}]: an input_image part needs image_url or file_id"
             )
+        if kind == "input_file" and not any(
+            isinstance(part.get(k), str) for k in ("file_id", "file_data", "file_url")
+        ):
+            raise _fail(
+                index,
+                f"{where}[{position}]: an input_file part needs file_id, file_data or file_url",
+            )
+        if kind == "refusal" and not isinstance(part.get("refusal"), str):
+            raise _fail(index, f"{where}[{position}]: a refusal part needs a string 'refusal'")
+
+
+def _check_item(index: int, item: object) -> str:
+    """Check one item on its own (no pairing); return its type."""
+    if not isinstance(item, Mapping):
+        raise _fail(index, "an item must be an object")
+    kind = item.get("type", "message" if "role" in item else None)
+    if not isinstance(kind, str):
+        raise _fail(index, "an item needs a string 'type' (or a 'role')")
+    if kind == "message":
+        role = item.get("role")
+        if role not in _MESSAGE_ROLES:
+            raise _fail(index, f"unknown message role {role!r}")
+        content = item.get("content")
+        if isinstance(content, list):
+            allowed = {"assistant": _OUTPUT_PARTS, "user": _INPUT_PARTS}.get(role, _SYSTEM_PARTS)
+            _check_parts(index, "content", content, allowed)
+        elif not isinstance(content, str):
+            raise _fail(index, "message content must be a string or a list of parts")
+    elif kind == "function_call":
+        call_id = item.get("call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise _fail(index, "a function_call needs a non-empty string call_id")
+        if not isinstance(item.get("name"), str) or not item["name"]:
+            raise _fail(index, "a function_call needs a non-empty name")
+        if not isinstance(item.get("arguments"), str):
+            raise _fail(index, "function_call arguments must be a string")
+    elif kind == "function_call_output":
+        output = item.get("output")
+        if isinstance(output, list):
+            _check_parts(index, "output", output, _RESULT_PARTS)
+        elif not isinstance(output, str):
+            raise _fail(index, "output must be a string or a list of parts")
+    return kind
 
 
 def validate_openai_responses(items: object) -> None:
@@ -205,12 +334,13 @@ def validate_openai_responses(items: object) -> None:
     Rules checked: a list of objects, each a message or with a string ``type``;
     a message's role is user, assistant, system or developer and its content a
     string or a list of parts (``output_text``/``refusal`` for assistant,
-    ``input_text``/``input_image``/``input_file``/``input_audio`` otherwise); a
-    ``function_call`` has a non-empty string ``call_id`` never used by another
-    call, a non-empty ``name`` and string ``arguments``; a
-    ``function_call_output`` has the ``call_id`` of a call before it, answered
-    once, and an output that is a string or a list of input parts; every
-    ``function_call`` has its output. Other item types are passed unchecked.
+    ``input_text``/``input_image``/``input_file`` for user, ``input_text`` for
+    system and developer); a ``function_call``
+    has a non-empty string ``call_id`` never used by another call, a non-empty
+    ``name`` and string ``arguments``; a ``function_call_output`` has the
+    ``call_id`` of a call before it, answered once, and an output that is a
+    string or a list of input parts; every ``function_call`` has its output.
+    Other item types are passed unchecked.
 
     Raises:
         InvalidPayload: names the first offending item.
@@ -220,48 +350,18 @@ def validate_openai_responses(items: object) -> None:
     calls: dict[str, int] = {}
     answered: set[str] = set()
     for index, item in enumerate(items):
-        if not isinstance(item, Mapping):
-            raise _fail(index, "an item must be an object")
-        kind = item.get("type", "message" if "role" in item else None)
-        if not isinstance(kind, str):
-            raise _fail(index, "an item needs a string 'type' (or a 'role')")
-        if kind == "message":
-            role = item.get("role")
-            if role not in _MESSAGE_ROLES:
-                raise _fail(index, f"unknown message role {role!r}")
-            content = item.get("content")
-            if isinstance(content, list):
-                _check_parts(
-                    index,
-                    "content",
-                    content,
-                    _OUTPUT_PARTS if role == "assistant" else _INPUT_PARTS,
-                )
-            elif not isinstance(content, str):
-                raise _fail(index, "message content must be a string or a list of parts")
-        elif kind == "function_call":
-            call_id = item.get("call_id")
-            if not isinstance(call_id, str) or not call_id:
-                raise _fail(index, "a function_call needs a non-empty string call_id")
+        kind = _check_item(index, item)
+        call_id = item.get("call_id")
+        if kind == "function_call":
             if call_id in calls:
                 raise _fail(index, f"call_id {call_id!r} is used by two function_call items")
-            if not isinstance(item.get("name"), str) or not item["name"]:
-                raise _fail(index, "a function_call needs a non-empty name")
-            if not isinstance(item.get("arguments"), str):
-                raise _fail(index, "function_call arguments must be a string")
             calls[call_id] = index
         elif kind == "function_call_output":
-            call_id = item.get("call_id")
             if call_id not in calls:
                 raise _fail(index, f"no function_call before this output for call_id {call_id!r}")
             if call_id in answered:
                 raise _fail(index, f"call_id {call_id!r} already has an output")
             answered.add(call_id)
-            output = item.get("output")
-            if isinstance(output, list):
-                _check_parts(index, "output", output, _RESULT_PARTS)
-            elif not isinstance(output, str):
-                raise _fail(index, "output must be a string or a list of parts")
     for call_id, index in calls.items():
         if call_id not in answered:
             raise _fail(index, f"function_call {call_id!r} has no function_call_output")
