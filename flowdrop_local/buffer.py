@@ -34,7 +34,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .errors import InvalidAddress, InvalidArgument, InvalidMessage, MessageNotFound
+from .access import check_scope_name
+from .errors import InvalidAddress, InvalidArgument, InvalidMessage, MessageNotFound, shown
 from .model import AppendResult, Message, converter
 from .positions import key_between, keys_between
 from .rules.incoming import Incoming, normalize
@@ -193,10 +194,22 @@ def new_message_id() -> str:
 
 
 def check_address_part(name: str, value: object, *, allow_empty: bool) -> str:
+    """One part of a buffer address, or InvalidAddress before any SQL sees it.
+
+    A scope is a name the application chooses (:func:`access.check_scope_name`);
+    ``scope_id`` and ``key`` are free text, but valid Unicode (SQLite stores UTF-8).
+    """
+    if name == "scope":
+        return check_scope_name(value)
     if not isinstance(value, str):
         raise InvalidAddress(f"{name} must be a string, not {type(value).__name__}")
     if not allow_empty and not value.strip():
         raise InvalidAddress(f"{name} must not be blank")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidAddress(f"{name} {shown(value)} contains a lone surrogate") from None
     return value
 
 
@@ -275,6 +288,8 @@ class Buffer:
         Raises:
             MessageNotFound: ``before`` names no message of this buffer.
         """
+        if before is not None and not isinstance(before, str):
+            raise InvalidArgument(f"before must be a message id (a string), not {shown(before)}")
         with self.store._read() as conn:
             buffer_id = self._existing_id(conn)
             if before is not None:
@@ -717,7 +732,12 @@ def _insert(
     return message_id
 
 
+# SQLite's LIMIT takes a signed 64-bit integer; a larger limit asks for everything anyway.
+_MAX_LIMIT = 2**63 - 1
+
+
 def check_limit(limit: object) -> int:
+    """A row limit as SQLite can bind it: a non-negative int, capped at 2**63 - 1."""
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-        raise InvalidArgument(f"limit must be a non-negative integer, got {limit!r}")
-    return limit
+        raise InvalidArgument(f"limit must be a non-negative integer, got {shown(limit)}")
+    return min(limit, _MAX_LIMIT)

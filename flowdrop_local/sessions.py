@@ -13,6 +13,17 @@ Invariants:
   see the same row, and a denial rolls back, so nothing of it takes effect. A
   drive holds the lock from the decision to the commit of the ordinary
   ``Buffer.append`` (the append path is not duplicated here).
+* A read decides and reads in one read transaction (one WAL snapshot): a revoke
+  or a turn committed by another connection in between is either wholly before
+  it or wholly after it.
+* A session has one id, its canonical form (:func:`access.usable_identity`): the
+  caller's id is canonicalised before the row is looked up, so the row the
+  decision judges and the buffer ``("session", id, ...)`` read or written are
+  addressed by the same string. A stored row whose id is not canonical (it would
+  share its buffer with another session) cannot be loaded.
+* A non-admin gets the same denial for a session (or message) that does not exist
+  as for one it may not see (``<action>_denied``, the id it asked about): only an
+  admin is told ``session_unavailable``.
 * Viewing and driving are separate permissions (MEM-9). A drive runs under the
   context :func:`context_for` builds: the session's owner as ``user_id`` when the
   owner is a real user, else no user at all, never the caller (MEM-8).
@@ -26,12 +37,14 @@ from __future__ import annotations
 import enum
 import json
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from .access import (
+    AccessDenied,
     ExecutionContext,
     Identifier,
     Principal,
@@ -40,9 +53,9 @@ from .access import (
     usable_identity,
 )
 from .buffer import Buffer, new_message_id, remove_message, validate_batch
-from .errors import InvalidContext, InvalidMessage, InvalidSession, SessionStopped
+from .errors import InvalidContext, InvalidMessage, InvalidSession, SessionStopped, shown
 from .model import AppendResult, Message
-from .rules.incoming import coerce_content
+from .rules.incoming import MAX_STORED_BYTES, coerce_content, too_big
 
 if TYPE_CHECKING:
     from .store import Store
@@ -55,13 +68,16 @@ _COLUMNS = (
 _LOAD = f"SELECT {_COLUMNS} FROM sessions WHERE id = ?"
 _INSERT = "INSERT INTO sessions (id, workflow_id, name, owner_id, metadata) VALUES (?, ?, ?, ?, ?)"
 # Candidates only: every row is still judged by access.decide() before it is listed.
+# rowid after created_at: sessions created in one millisecond list in creation order
+# (a UUIDv7 is random within its millisecond).
 _LIST_ALL = (
-    f"SELECT {_COLUMNS} FROM sessions WHERE ?1 IS NULL OR workflow_id = ?1 ORDER BY created_at, id"
+    f"SELECT {_COLUMNS} FROM sessions WHERE ?1 IS NULL OR workflow_id = ?1 "
+    "ORDER BY created_at, rowid"
 )
 _LIST_FOR = (
     f"SELECT {_COLUMNS} FROM sessions "
     "WHERE (owner_id = ?1 OR id IN (SELECT session_id FROM session_viewers WHERE user_id = ?1)) "
-    "AND (?2 IS NULL OR workflow_id = ?2) ORDER BY created_at, id"
+    "AND (?2 IS NULL OR workflow_id = ?2) ORDER BY created_at, rowid"
 )
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 _SET_STATUS = "UPDATE sessions SET status = ? WHERE id = ?"
@@ -155,8 +171,17 @@ def _text(name: str, value: object, *, blank: bool) -> str:
 def _user(name: str, value: object) -> str:
     user = usable_identity(value)
     if user is None:
-        raise InvalidSession(f"{name} {value!r} is not a usable user identity")
+        raise InvalidSession(f"{name} {shown(value)} is not a usable user identity")
     return user
+
+
+def _session_id(value: object) -> str | None:
+    """The canonical id of a session the caller names, or None when it names none.
+
+    Canonical as every buffer address is (``" abc "`` is ``"abc"``), so the row
+    looked up and the conversation buffer are addressed by one string.
+    """
+    return usable_identity(_text("session id", value, blank=True))
 
 
 def _metadata(value: object) -> str:
@@ -169,6 +194,8 @@ def _metadata(value: object) -> str:
         text.encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:
         raise InvalidSession(f"metadata must be a JSON object: {error}") from None
+    if too_big(text):
+        raise InvalidSession(f"metadata takes more than {MAX_STORED_BYTES:,} bytes as JSON")
     return text
 
 
@@ -210,15 +237,45 @@ class Sessions:
     # ---------------------------------------------------------------- helpers
 
     @staticmethod
-    def _load(conn: sqlite3.Connection, session_id: str) -> tuple[Session, SessionFacts] | None:
+    def _load(
+        conn: sqlite3.Connection, session_id: str | None
+    ) -> tuple[Session, SessionFacts] | None:
+        """The session with this canonical id, or None (a None id names no session)."""
+        if session_id is None:
+            return None
         row = conn.execute(_LOAD, (session_id,)).fetchone()
         return None if row is None else _row_to_session(row)
 
-    def _require(self, action: str, loaded: tuple[Session, SessionFacts] | None) -> Session:
-        """Decide through access.decide(); raise AccessDenied, or return the session."""
-        decide(
+    @contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: every statement inside sees the same committed state."""
+        with self.store._read() as conn:
+            if conn.in_transaction:  # already inside one (a hook reading, say)
+                yield conn
+                return
+            conn.execute("BEGIN")  # WAL: the first read fixes the snapshot
+            try:
+                yield conn
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+
+    def _require(
+        self, action: str, loaded: tuple[Session, SessionFacts] | None, asked: str | None
+    ) -> Session:
+        """Decide through access.decide(); raise AccessDenied, or return the session.
+
+        ``asked``: the session id the caller named (None for a message's session). A
+        non-admin's denial carries it, whether or not a session was found.
+        """
+        decision = decide(
             self.principal, action, None if loaded is None else loaded[1], self.store.access_hooks
-        ).enforce()
+        )
+        if not decision.allowed:
+            session_id = (decision.session_id or asked) if self.principal.admin else asked
+            raise AccessDenied(
+                decision.error_code, decision.reason, action=action, session_id=session_id
+            )
         assert loaded is not None
         return loaded[0]
 
@@ -227,9 +284,9 @@ class Sessions:
 
     def _change(self, session_id: object, action: str, sql: str, *args: object) -> Session:
         """Decide ``action``, run ``sql`` with ``(*args, session id)``, in one transaction."""
-        sid = _text("session id", session_id, blank=True)
+        sid = _session_id(session_id)
         with self.store._write() as conn:
-            self._require(action, self._load(conn, sid))
+            self._require(action, self._load(conn, sid), sid)
             conn.execute(sql, (*args, sid))
             conn.execute(_TOUCH, (sid,))
             loaded = self._load(conn, sid)
@@ -277,9 +334,9 @@ class Sessions:
 
     def get(self, session_id: str) -> Session:
         """The session, if the principal may view it."""
-        sid = _text("session id", session_id, blank=True)
-        with self.store._read() as conn:
-            return self._require("view", self._load(conn, sid))
+        sid = _session_id(session_id)
+        with self._snapshot() as conn:
+            return self._require("view", self._load(conn, sid), sid)
 
     def list(self, *, workflow_id: str | None = None) -> _SessionList:
         """The sessions the principal may view, oldest first (all of them for an admin).
@@ -297,7 +354,8 @@ class Sessions:
                 rows = []
             else:
                 rows = conn.execute(_LIST_FOR, (me, workflow_id)).fetchall()
-        loaded = [_row_to_session(row) for row in rows]
+        # A row whose id is not canonical cannot be loaded, so it is not listed either.
+        loaded = [_row_to_session(row) for row in rows if usable_identity(row[0]) == row[0]]
         return [session for session, facts in loaded if self._allowed("view", facts)]
 
     def read(
@@ -306,39 +364,40 @@ class Sessions:
         """The session's conversation as ``Buffer.read`` gives it, if the principal may view it.
 
         ``conversation``: an earlier conversation (0 is the first); default the current one.
+        The decision and the rows come from one snapshot.
         """
-        with self.store._read():
+        with self._snapshot():
             buffer = self._conversation(session_id, conversation)
             return buffer.read(limit)
 
     def messages(
         self, session_id: str, limit: int | None = None, *, conversation: int | None = None
     ) -> _Messages:
-        """The session's conversation as :class:`Message` records, if the principal may view it."""
-        with self.store._read():
+        """The session's conversation as :class:`Message` records, if the principal may view it.
+
+        The decision and the rows come from one snapshot.
+        """
+        with self._snapshot():
             buffer = self._conversation(session_id, conversation)
             return buffer.messages(limit)
 
     def _conversation(self, session_id: object, conversation: int | None) -> Buffer:
-        sid = _text("session id", session_id, blank=True)
+        """Decide ``view`` and address the conversation; call inside :meth:`_snapshot`."""
+        sid = _session_id(session_id)
         if conversation is not None and (
             not isinstance(conversation, int) or isinstance(conversation, bool) or conversation < 0
         ):
             raise InvalidSession(
-                f"conversation must be a non-negative integer, not {conversation!r}"
+                f"conversation must be a non-negative integer, not {shown(conversation)}"
             )
         with self.store._read() as conn:
-            session = self._require("view", self._load(conn, sid))
+            session = self._require("view", self._load(conn, sid), sid)
         n = session.conversation if conversation is None else conversation
         if n > session.conversation:
             raise InvalidSession(
-                f"session {sid} has conversations 0 to {session.conversation}, not {n}"
+                f"session {session.id} has conversations 0 to {session.conversation}, not {n}"
             )
-        return self.store.buffer_for(
-            ExecutionContext(session_id=sid, workflow_id=session.workflow_id),
-            "session",
-            conversation_key(n),
-        )
+        return self.store.buffer_for(context_for(session), "session", conversation_key(n))
 
     # ----------------------------------------------------------------- driving
 
@@ -360,10 +419,10 @@ class Sessions:
             AccessDenied: ``drive_denied`` for a viewer, a stranger or anyone anonymous.
             SessionStopped: the session is stopped; nothing was appended.
         """
-        sid = _text("session id", session_id, blank=True)
+        sid = _session_id(session_id)
         batch = validate_batch(messages)  # bad input is refused before any decision
         with self.store._write() as conn:
-            session = self._require("drive", self._load(conn, sid))
+            session = self._require("drive", self._load(conn, sid), sid)
             if session.status != "active":
                 raise SessionStopped(f"session {sid} is {session.status}; resume it first")
             context = context_for(session)
@@ -377,9 +436,9 @@ class Sessions:
     def context(self, session_id: str) -> ExecutionContext:
         """The context a turn of this session runs under (drive permission: it spends
         the owner's memory)."""
-        sid = _text("session id", session_id, blank=True)
-        with self.store._read() as conn:
-            return context_for(self._require("drive", self._load(conn, sid)))
+        sid = _session_id(session_id)
+        with self._snapshot() as conn:
+            return context_for(self._require("drive", self._load(conn, sid), sid))
 
     def stop(self, session_id: str) -> Session:
         """Stop the session: no turn is accepted until :meth:`resume` (owner or admin)."""
@@ -407,9 +466,9 @@ class Sessions:
 
     def viewers(self, session_id: str) -> _SessionViewers:
         """The users granted view access (owner or admin)."""
-        sid = _text("session id", session_id, blank=True)
-        with self.store._read() as conn:
-            self._require("grant", self._load(conn, sid))
+        sid = _session_id(session_id)
+        with self._snapshot() as conn:
+            self._require("grant", self._load(conn, sid), sid)
             return [row[0] for row in conn.execute(_VIEWERS, (sid,))]
 
     # ---------------------------------------------------- the administrative tier
@@ -419,7 +478,7 @@ class Sessions:
     ) -> tuple[Session, SessionFacts] | None:
         """The session a message belongs to, or None when it cannot be loaded."""
         home = conn.execute(_MESSAGE_HOME, (message_id,)).fetchone()
-        if home is None or home[0] != "session":
+        if home is None or home[0] != "session" or usable_identity(home[1]) != home[1]:
             return None
         return self._load(conn, home[1])
 
@@ -431,13 +490,16 @@ class Sessions:
         append, MEM-10).
 
         Raises:
-            AccessDenied: ``edit_denied`` for anyone but an admin;
-                ``session_unavailable`` when the message's session cannot be loaded.
+            AccessDenied: ``edit_denied`` for anyone but an admin (whether or not the
+                message exists); for an admin, ``session_unavailable`` when the
+                message's session cannot be loaded.
         """
         mid = _text("message id", message_id, blank=True)
         text, parts = coerce_content(content, 0)
+        if too_big(text):
+            raise InvalidMessage(0, "content", f"takes more than {MAX_STORED_BYTES:,} bytes")
         with self.store._write() as conn:
-            self._require("edit", self._message_session(conn, mid))
+            self._require("edit", self._message_session(conn, mid), None)
             if conn.execute(_IS_PLACEHOLDER, (mid,)).fetchone()[0]:
                 raise InvalidMessage(
                     0, "content", "a healed placeholder is replaced by appending its real result"
@@ -462,10 +524,11 @@ class Sessions:
         unanswered before a user turn is healed in the same transaction.
 
         Raises:
-            AccessDenied: ``delete_denied`` for anyone but an admin;
-                ``session_unavailable`` when the message's session cannot be loaded.
+            AccessDenied: ``delete_denied`` for anyone but an admin (whether or not the
+                message exists); for an admin, ``session_unavailable`` when the
+                message's session cannot be loaded.
         """
         mid = _text("message id", message_id, blank=True)
         with self.store._write() as conn:
-            self._require("delete", self._message_session(conn, mid))
+            self._require("delete", self._message_session(conn, mid), None)
             remove_message(conn, mid)

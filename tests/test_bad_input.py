@@ -122,7 +122,8 @@ def test_bad_message_is_refused_and_the_file_is_unchanged(
         (("workflow", None, "k"), "scope_id must be a string"),
         (("session", "s", "  "), "key must not be blank"),
         (("User", "0", "k"), "is not the identity scope 'user'"),
-        ((" session", "", "k"), "is not the identity scope 'session'"),
+        (("SESSION", "", "k"), "is not the identity scope 'session'"),
+        ((" session", "", "k"), "printable ASCII without surrounding whitespace"),
     ],
 )
 def test_bad_address_is_refused(store: Store, address: tuple[Any, Any, Any], problem: str) -> None:

@@ -29,6 +29,10 @@ MAX_DEPTH: Final = 200
 # Content blocks that carry tool pairing in Anthropic's shape: stored as content
 # they would hide a result from the guard, so they are refused until converted.
 PAIRING_BLOCKS: Final = frozenset({"tool_use", "tool_result", "server_tool_use"})
+# SQLite refuses a string, and a row, longer than SQLITE_MAX_LENGTH (1,000,000,000
+# bytes by default) with a DataError mid-transaction; a message's content and
+# metadata together must leave room for the row's other columns.
+MAX_STORED_BYTES: Final = 999_000_000
 _STRUCTURAL_KEYS: Final = frozenset({"role", "content", "metadata", "tool_calls", "tool_call_id"})
 _NO_VALUE: Final = object()
 
@@ -89,6 +93,28 @@ def _check_text(text: str, index: int, field: str) -> None:
         ) from None
 
 
+def too_big(*texts: str) -> bool:
+    """Whether ``texts`` take more than :data:`MAX_STORED_BYTES` in UTF-8 together.
+
+    Encodes only when it could matter (UTF-8 takes at most 4 bytes a character),
+    and only non-ASCII text (ASCII takes one byte a character).
+    """
+    if sum(map(len, texts)) * 4 <= MAX_STORED_BYTES:
+        return False
+    size = sum(len(t) if t.isascii() else len(t.encode("utf-8", "surrogatepass")) for t in texts)
+    return size > MAX_STORED_BYTES
+
+
+def _check_size(content: str, metadata: str, index: int) -> None:
+    if too_big(content, metadata):
+        raise InvalidMessage(
+            index,
+            "content",
+            f"content and metadata take more than {MAX_STORED_BYTES:,} bytes, "
+            "more than SQLite stores in one row",
+        )
+
+
 # One encoder, built once: json.dumps with options builds a new one on every call.
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
@@ -127,11 +153,21 @@ def _merged(message: Mapping[str, Any], metadata: dict[str, Any], name: str, ind
     """The value of ``name`` given at the top level or in metadata (both must agree)."""
     top = message.get(name, _NO_VALUE)
     nested = metadata.get(name, _NO_VALUE)
-    if top is not _NO_VALUE and nested is not _NO_VALUE and top != nested:
+    if top is not _NO_VALUE and nested is not _NO_VALUE and _differ(top, nested, index, name):
         raise InvalidMessage(
             index, name, "given both at the top level and in metadata, differently"
         )
     return nested if top is _NO_VALUE else top
+
+
+def _differ(a: object, b: object, index: int, field: str) -> bool:
+    """``a != b``, or InvalidMessage when they cannot be compared (too deep, not JSON)."""
+    try:
+        return bool(a != b)
+    except RecursionError:
+        raise InvalidMessage(index, field, f"nested deeper than {MAX_DEPTH} levels") from None
+    except Exception as error:  # a non-JSON value's own __eq__ or __bool__
+        raise InvalidMessage(index, field, f"cannot be compared: {error!r}") from None
 
 
 def _placeholder_content(
@@ -189,7 +225,7 @@ def normalize(message: object, index: int = 0) -> Incoming:
                 continue
             if not isinstance(key, str):
                 raise InvalidMessage(index, "message", f"key {key!r} is not a string")
-            if key in metadata and metadata[key] != value:
+            if key in metadata and _differ(metadata[key], value, index, key):
                 raise InvalidMessage(
                     index, key, "given both at the top level and in metadata, differently"
                 )
@@ -248,6 +284,7 @@ def normalize(message: object, index: int = 0) -> Incoming:
         metadata_json = _dumps(metadata)
     else:
         metadata_json = "{}"
+    _check_size(content, metadata_json, index)
     return Incoming(
         role,
         content,
