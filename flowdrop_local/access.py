@@ -183,7 +183,7 @@ def resolve_scope(context: ExecutionContext | None, scope: str) -> ScopeResoluti
         InvalidContext: ``context`` is neither an ExecutionContext nor None.
     """
     if not isinstance(scope, str) or scope not in _SCOPE_FIELD:
-        raise InvalidAddress(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
+        raise InvalidAddress(f"scope must be one of {', '.join(SCOPES)}; got {shown(scope)}")
     if context is not None and not isinstance(context, ExecutionContext):
         raise InvalidContext(
             f"context must be an ExecutionContext or None, not {type(context).__name__}"
@@ -302,7 +302,7 @@ class AccessDenied(FlowdropError, PermissionError):
 
 def _principal_admin(value: object) -> bool:
     if not isinstance(value, bool):
-        raise InvalidContext(f"admin must be True or False, not {value!r}")
+        raise InvalidContext(f"admin must be True or False, not {shown(value)}")
     return value
 
 
@@ -404,9 +404,13 @@ def decide(
             verdict = hook(request)
         except Exception as error:
             log.exception("flowdrop_local: access hook %r raised; denying", hook)
-            return Decision(False, action, session_id, "hook_failed", f"a hook raised {error!r}")
+            return Decision(
+                False, action, session_id, "hook_failed", f"a hook raised {shown(error)}"
+            )
         if verdict is False:
-            return Decision(False, action, session_id, "hook_denied", f"denied by hook {hook!r}")
+            return Decision(
+                False, action, session_id, "hook_denied", f"denied by hook {shown(hook)}"
+            )
     return Decision(True, action, session_id)
 
 

@@ -258,7 +258,7 @@ class Buffer:
         if window is not None and (
             not isinstance(window, int) or isinstance(window, bool) or window < 1
         ):
-            raise InvalidArgument(f"window must be a positive integer or None, got {window!r}")
+            raise InvalidArgument(f"window must be a positive integer or None, got {shown(window)}")
         self.store = store
         self.window = window
         self.scope = check_address_part("scope", scope, allow_empty=False)

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, shown
 from ..model import ToolCall
 from ..rules.normalize import Message, normalize
 from ..rules.pairing import call_id_of, is_usable_call_id
@@ -59,7 +59,7 @@ def window(messages: Sequence[Message], limit: int | None) -> list[Message]:
     if limit is None:
         return list(messages)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-        raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
+        raise InvalidArgument(f"limit must be a non-negative integer or None, got {shown(limit)}")
     declared_at: dict[str, int] = {}
     answered_at: dict[str, int] = {}
     for index, message in enumerate(messages):

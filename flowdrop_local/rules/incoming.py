@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
-from ..errors import InvalidMessage
+from ..errors import InvalidMessage, shown
 from .pairing import PLACEHOLDER_CONTENT, call_id_of, is_usable_call_id
 
 ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
@@ -72,7 +72,7 @@ def _check_json(value: object, index: int, field: str) -> None:
         if isinstance(item, Mapping):
             for key, child in item.items():
                 if not isinstance(key, str):
-                    raise InvalidMessage(index, path, f"object key {key!r} is not a string")
+                    raise InvalidMessage(index, path, f"object key {shown(key)} is not a string")
                 if not key.isascii():
                     _check_text(key, index, path)
                 stack.append((child, f"{path}.{key}", depth + 1))
@@ -206,7 +206,7 @@ def normalize(message: object, index: int = 0) -> Incoming:
     role = message.get("role")
     if not isinstance(role, str) or role not in ROLES:
         raise InvalidMessage(
-            index, "role", f"must be one of assistant, system, tool, user; got {role!r}"
+            index, "role", f"must be one of assistant, system, tool, user; got {shown(role)}"
         )
     content, content_parts = coerce_content(message.get("content"), index)
 
@@ -224,7 +224,7 @@ def normalize(message: object, index: int = 0) -> Incoming:
             if key in _STRUCTURAL_KEYS:
                 continue
             if not isinstance(key, str):
-                raise InvalidMessage(index, "message", f"key {key!r} is not a string")
+                raise InvalidMessage(index, "message", f"key {shown(key)} is not a string")
             if key in metadata and _differ(metadata[key], value, index, key):
                 raise InvalidMessage(
                     index, key, "given both at the top level and in metadata, differently"
@@ -250,7 +250,7 @@ def normalize(message: object, index: int = 0) -> Incoming:
                     index,
                     f"tool_calls[{i}].id",
                     f"a tool call needs a non-blank string id without NUL (tool_call_id or id), "
-                    f"got {call_id!r}",
+                    f"got {shown(call_id)}",
                 )
             ids.append(call_id)
         metadata["tool_calls"] = calls
@@ -268,14 +268,18 @@ def normalize(message: object, index: int = 0) -> Incoming:
         )
     elif not is_usable_call_id(tool_call_id):
         raise InvalidMessage(
-            index, "tool_call_id", f"must be a non-blank string without NUL, got {tool_call_id!r}"
+            index,
+            "tool_call_id",
+            f"must be a non-blank string without NUL, got {shown(tool_call_id)}",
         )
     else:
         metadata["tool_call_id"] = tool_call_id
 
     healed = metadata.get("healed", False)
     if not isinstance(healed, bool):
-        raise InvalidMessage(index, "metadata.healed", f"must be true or false, got {healed!r}")
+        raise InvalidMessage(
+            index, "metadata.healed", f"must be true or false, got {shown(healed)}"
+        )
     if healed:
         content = _placeholder_content(role, tool_call_id, content, content_parts, metadata, index)
 
