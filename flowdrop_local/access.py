@@ -26,7 +26,7 @@ from typing import Any, Final, Literal, NoReturn, cast
 
 import attrs
 
-from .errors import FlowdropError, InvalidAddress, InvalidContext
+from .errors import FlowdropError, InvalidAddress, InvalidContext, shown
 
 log = logging.getLogger("flowdrop_local.access")
 
@@ -56,12 +56,13 @@ def usable_identity(value: object) -> str | None:
     negative number. ``0`` and ``"0"`` are what an owner-less record reports for "no
     owner" (MEM-6), so they are nobody, like ``None``, ``""`` and ``"  "``. The
     canonical id is the trimmed string, ``str(n)`` for an int: ``7`` and ``"7"``
-    are one user.
+    are one user. An int too long to write in decimal (more than
+    ``sys.get_int_max_str_digits()`` digits) has no canonical id: nobody.
     """
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return str(value) if value > 0 else None
+        return _decimal(value) if value > 0 else None
     if not isinstance(value, str):
         return None
     text = value.strip()
@@ -75,6 +76,48 @@ def usable_identity(value: object) -> str | None:
     return text
 
 
+def _decimal(value: int) -> str | None:
+    """``str(value)``, or None past Python's int-to-str digit limit (a ValueError)."""
+    try:
+        return str(value)
+    except ValueError:
+        return None
+
+
+def _writable_id(
+    instance: object, attribute: attrs.Attribute[Identifier | None], value: Identifier | None
+) -> None:
+    """Refuse an int id that cannot be written in decimal: it could never be compared,
+    logged or shown, so it is malformed rather than judged (pass such an id as a str)."""
+    if isinstance(value, int) and not isinstance(value, bool) and _decimal(value) is None:
+        raise InvalidContext(
+            f"{attribute.name} is {shown(value)}; an int id that long cannot be written "
+            "as text (pass it as a string)"
+        )
+
+
+def check_scope_name(scope: object) -> str:
+    """A scope name as an address takes it: printable ASCII, no surrounding whitespace.
+
+    Scope names are identifiers the application chooses, so this costs nothing
+    legitimate, and it is what makes the identity-scope typo guard complete:
+    look-alikes such as ``"user\\u200b"``, ``"u\\u0455er"`` (Cyrillic dze), ``"u\\u017fer"``
+    (long s) or ``"user\\x00"`` cannot name an ordinary, shared scope.
+
+    Raises:
+        InvalidAddress: not a string, blank, or not such a name.
+    """
+    if not isinstance(scope, str):
+        raise InvalidAddress(f"scope must be a string, not {type(scope).__name__}")
+    if not scope.strip():
+        raise InvalidAddress("scope must not be blank")
+    if not (scope.isascii() and scope.isprintable()) or scope != scope.strip():
+        raise InvalidAddress(
+            f"scope {shown(scope)} must be printable ASCII without surrounding whitespace"
+        )
+    return scope
+
+
 # ---------------------------------------------------------------- contexts
 
 
@@ -84,15 +127,16 @@ class ExecutionContext:
 
     Fields are kept as given, usable or not: judging them is
     :func:`resolve_scope`'s job, so that a context carrying ``user_id=0`` refuses
-    the ``user`` scope instead of failing to be built.
+    the ``user`` scope instead of failing to be built. Only an int too long to
+    write in decimal is refused here (``InvalidContext``): it cannot even be shown.
     """
 
-    user_id: Identifier | None = None
-    session_id: Identifier | None = None
-    workflow_id: Identifier | None = None
-    pipeline_id: Identifier | None = None
-    execution_id: Identifier | None = None
-    node_id: Identifier | None = None
+    user_id: Identifier | None = attrs.field(default=None, validator=_writable_id)
+    session_id: Identifier | None = attrs.field(default=None, validator=_writable_id)
+    workflow_id: Identifier | None = attrs.field(default=None, validator=_writable_id)
+    pipeline_id: Identifier | None = attrs.field(default=None, validator=_writable_id)
+    execution_id: Identifier | None = attrs.field(default=None, validator=_writable_id)
+    node_id: Identifier | None = attrs.field(default=None, validator=_writable_id)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ExecutionContext:
@@ -139,7 +183,7 @@ def resolve_scope(context: ExecutionContext | None, scope: str) -> ScopeResoluti
         InvalidContext: ``context`` is neither an ExecutionContext nor None.
     """
     if not isinstance(scope, str) or scope not in _SCOPE_FIELD:
-        raise InvalidAddress(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
+        raise InvalidAddress(f"scope must be one of {', '.join(SCOPES)}; got {shown(scope)}")
     if context is not None and not isinstance(context, ExecutionContext):
         raise InvalidContext(
             f"context must be an ExecutionContext or None, not {type(context).__name__}"
@@ -156,9 +200,9 @@ def resolve_scope(context: ExecutionContext | None, scope: str) -> ScopeResoluti
     elif raw is None:
         reason = f"the context carries no {field}"
     elif isinstance(raw, int | str) and not isinstance(raw, bool) and str(raw).strip() == "0":
-        reason = f"{field} {raw!r} denotes nobody"
+        reason = f"{field} {shown(raw)} denotes nobody"
     else:
-        reason = f"{field} {raw!r} is not a usable identifier"
+        reason = f"{field} {shown(raw)} is not a usable identifier"
     refusal = ScopeResolution(scope, "", refused=True, reason=reason)
     _warn_refusal(context, refusal)
     return refusal
@@ -172,16 +216,19 @@ def resolve_address(scope: str, scope_id: object) -> ScopeResolution:
     exactly as a context would. Any other scope name is returned as given: the
     address is the application's own (trusted tier), checked by ``Buffer``.
     """
+    check_scope_name(scope)
     if scope in IDENTITY_SCOPES:
         field = _SCOPE_FIELD[scope]
         assert field is not None
         identity = cast("Identifier | None", scope_id)  # judged, not trusted
+        if isinstance(identity, int) and not isinstance(identity, bool) and not _decimal(identity):
+            raise InvalidAddress(f"scope_id is {shown(identity)}; pass an id that long as a string")
         return resolve_scope(ExecutionContext(**{field: identity}), scope)
-    if isinstance(scope, str) and scope.strip().lower() in IDENTITY_SCOPES:
-        # 'User' or ' session' would be an ordinary, shared scope: a typo must not
-        # become the leak the identity scopes exist to prevent.
+    if scope.lower() in IDENTITY_SCOPES:
+        # 'User' would be an ordinary, shared scope: a typo must not become the
+        # leak the identity scopes exist to prevent (look-alikes are not ASCII).
         raise InvalidAddress(
-            f"scope {scope!r} is not the identity scope {scope.strip().lower()!r}; "
+            f"scope {scope!r} is not the identity scope {scope.lower()!r}; "
             "write identity scopes exactly"
         )
     return ScopeResolution(scope, scope_id)  # type: ignore[arg-type]  # Buffer checks it
@@ -221,12 +268,12 @@ ACTIONS: Final[tuple[str, ...]] = ("create", "view", "drive", "grant", "edit", "
 ERROR_CODES: Final = frozenset(
     {
         "create_denied",  # a non-admin creating a session it would not own
-        "view_denied",  # neither owner, granted viewer, nor admin
+        "view_denied",  # neither owner, granted viewer, nor admin; or no such session
         "drive_denied",  # send a turn, stop, resume, reset: owner or admin only
         "grant_denied",  # sharing a session: owner or admin only
         "edit_denied",  # updating a session message: admin only (MEM-15)
         "delete_denied",  # deleting a session message: admin only (MEM-15)
-        "session_unavailable",  # the session (or a message's session) cannot be loaded
+        "session_unavailable",  # admins only: the session (or a message's) cannot be loaded
         "hook_denied",  # an extension hook denied what the rules allowed
         "hook_failed",  # an extension hook raised: fail closed
         "unknown_action",  # not one of ACTIONS: fail closed
@@ -255,7 +302,7 @@ class AccessDenied(FlowdropError, PermissionError):
 
 def _principal_admin(value: object) -> bool:
     if not isinstance(value, bool):
-        raise InvalidContext(f"admin must be True or False, not {value!r}")
+        raise InvalidContext(f"admin must be True or False, not {shown(value)}")
     return value
 
 
@@ -267,7 +314,7 @@ class Principal:
     nothing and matches no owner, even an absent one (MEM-9).
     """
 
-    user_id: Identifier | None = None
+    user_id: Identifier | None = attrs.field(default=None, validator=_writable_id)
     admin: bool = attrs.field(default=False, converter=_principal_admin)
 
     @property
@@ -334,8 +381,14 @@ def decide(
     """
     session_id = None if session is None else session.session_id
     if action not in ACTIONS:
-        return Decision(False, action, session_id, "unknown_action", f"no such action {action!r}")
+        return Decision(
+            False, action, session_id, "unknown_action", f"no such action {shown(action)}"
+        )
     if session is None:
+        if not principal.admin:
+            # A missing session and one the principal may not see get one answer:
+            # a non-admin cannot learn which ids exist.
+            return Decision(False, action, None, f"{action}_denied", _denial_reason(action))
         return Decision(
             False,
             action,
@@ -351,9 +404,13 @@ def decide(
             verdict = hook(request)
         except Exception as error:
             log.exception("flowdrop_local: access hook %r raised; denying", hook)
-            return Decision(False, action, session_id, "hook_failed", f"a hook raised {error!r}")
+            return Decision(
+                False, action, session_id, "hook_failed", f"a hook raised {shown(error)}"
+            )
         if verdict is False:
-            return Decision(False, action, session_id, "hook_denied", f"denied by hook {hook!r}")
+            return Decision(
+                False, action, session_id, "hook_denied", f"denied by hook {shown(hook)}"
+            )
     return Decision(True, action, session_id)
 
 

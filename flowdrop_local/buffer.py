@@ -13,9 +13,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import engine
+from .access import check_scope_name
 from .backends.base import Backend, Tx
 from .engine import Placement, new_message_id, validate_batch
-from .errors import InvalidAddress, InvalidArgument, MessageNotFound
+from .errors import InvalidAddress, InvalidArgument, MessageNotFound, shown
 from .model import AppendResult, Message, converter
 from .rules.incoming import Incoming
 
@@ -30,19 +31,34 @@ __all__ = [
 
 
 def check_address_part(name: str, value: object, *, allow_empty: bool) -> str:
+    """One part of a buffer address, or InvalidAddress before any SQL sees it.
+
+    A scope is a name the application chooses (:func:`access.check_scope_name`);
+    ``scope_id`` and ``key`` are free text, but valid Unicode (stored as UTF-8).
+    """
+    if name == "scope":
+        return check_scope_name(value)
     if not isinstance(value, str):
         raise InvalidAddress(f"{name} must be a string, not {type(value).__name__}")
     if not allow_empty and not value.strip():
         raise InvalidAddress(f"{name} must not be blank")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidAddress(f"{name} {shown(value)} contains a lone surrogate") from None
     return value
 
 
+# A LIMIT binds a signed 64-bit integer; a larger limit asks for everything anyway.
+_MAX_LIMIT = 2**63 - 1
+
+
 def check_limit(limit: object) -> int:
-    if isinstance(limit, int) and not -(2**63) <= limit <= 2**63 - 1:  # SQLite's integers
-        raise InvalidArgument("limit must be a non-negative integer below 2**63")
+    """A row limit as the database can bind it: a non-negative int, capped at 2**63 - 1."""
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-        raise InvalidArgument(f"limit must be a non-negative integer, got {limit!r}")
-    return limit
+        raise InvalidArgument(f"limit must be a non-negative integer, got {shown(limit)}")
+    return min(limit, _MAX_LIMIT)
 
 
 def _row_to_dict(role: str, content: str, parts: int, metadata: str) -> dict[str, Any]:
@@ -73,7 +89,7 @@ class Buffer:
         if window is not None and (
             not isinstance(window, int) or isinstance(window, bool) or window < 1
         ):
-            raise InvalidArgument(f"window must be a positive integer or None, got {window!r}")
+            raise InvalidArgument(f"window must be a positive integer or None, got {shown(window)}")
         self.db = db
         self.window = window
         self.scope = check_address_part("scope", scope, allow_empty=False)
@@ -109,6 +125,8 @@ class Buffer:
         Raises:
             MessageNotFound: ``before`` names no message of this buffer.
         """
+        if before is not None and not isinstance(before, str):
+            raise InvalidArgument(f"before must be a message id (a string), not {shown(before)}")
         with self.db.read(snapshot=before is not None) as tx:
             return self.read_in(tx, limit, before=before)
 

@@ -113,12 +113,14 @@ class _RandomPool:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.lock = threading.Lock()  # guards the last id
         self._bytes = b""
         self._at = 0
         os.register_at_fork(after_in_child=self._forget)
 
     def _forget(self) -> None:
         self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self._bytes, self._at = b"", 0
 
     def take(self, n: int) -> bytes:
@@ -133,11 +135,23 @@ class _RandomPool:
 _random = _RandomPool()
 
 
+_last_id = [0]  # the last id this process made (ids only increase, RFC 9562 6.2)
+
+
 def new_message_id() -> str:
-    """A UUIDv7 (RFC 9562): time-ordered, so new rows land at the end of the id index."""
+    """A UUIDv7 (RFC 9562): time-ordered, so new rows land at the end of the id index.
+
+    Monotonic within the process: an id made in the same millisecond as the last
+    one is the last one plus one (in its random bits), so ids also sort in the
+    order they were made, as creation order needs.
+    """
     value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(_random.take(10), "big")
     value = value & ~(0xF << 76) | 0x7 << 76  # version 7
     value = value & ~(0x3 << 62) | 0x2 << 62  # RFC 4122 variant
+    with _random.lock:
+        if value <= _last_id[0]:
+            value = _last_id[0] + 1  # carries into the timestamp only after 2**62 ids
+        _last_id[0] = value
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 

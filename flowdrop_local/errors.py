@@ -108,3 +108,19 @@ class InvalidArgument(FlowdropError, ValueError):
 
 class UnsupportedOperation(FlowdropError, NotImplementedError):
     """The operation has no meaning on this backend (the message says what to use instead)."""
+
+
+def shown(value: object, width: int = 80) -> str:
+    """``repr(value)`` for an error message: shortened, and never an error itself.
+
+    ``repr`` of an int past Python's conversion limit (about 4,300 digits) raises
+    ``ValueError``, and a hostile argument's ``__repr__`` may raise anything: the
+    message about a bad argument must not become a second, untyped error.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4096:
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<a {type(value).__name__}>"
+    return text if len(text) <= width else f"{text[: width - 5]}...{text[-2:]}"

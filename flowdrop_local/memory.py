@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .access import ExecutionContext, ScopeResolution, resolve_scope
-from .errors import InvalidAddress, InvalidValue
+from .errors import InvalidAddress, InvalidValue, shown
+from .rules.incoming import MAX_STORED_BYTES, too_big
 
 if TYPE_CHECKING:
     from .backends.base import Backend
@@ -56,7 +57,12 @@ class MemoryWrite:
 
 def _key(key: object) -> str:
     if not isinstance(key, str) or not key.strip():
-        raise InvalidAddress(f"a memory key must be a non-blank string, got {key!r}")
+        raise InvalidAddress(f"a memory key must be a non-blank string, got {shown(key)}")
+    if not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidAddress(f"memory key {shown(key)} contains a lone surrogate") from None
     return key
 
 
@@ -67,6 +73,8 @@ def _encode(value: object) -> str:
         text.encode("utf-8")  # a lone surrogate would fail inside the transaction
     except (TypeError, ValueError, RecursionError) as error:
         raise InvalidValue(f"a memory value must be JSON: {error}") from None
+    if too_big(text):
+        raise InvalidValue(f"a memory value takes more than {MAX_STORED_BYTES:,} bytes as JSON")
     return text
 
 

@@ -13,6 +13,17 @@ Invariants:
   see the same row, and a denial rolls back, so nothing of it takes effect. A
   drive holds the lock from the decision to the commit of the ordinary
   ``Buffer.append`` (the append path is not duplicated here).
+* A read decides and reads in one read transaction (one snapshot): a revoke or a
+  turn committed by another connection in between is either wholly before it or
+  wholly after it.
+* A session has one id, its canonical form (:func:`access.usable_identity`): the
+  caller's id is canonicalised before the row is looked up, so the row the
+  decision judges and the buffer ``("session", id, ...)`` read or written are
+  addressed by the same string. A stored row whose id is not canonical (it would
+  share its buffer with another session) cannot be loaded.
+* A non-admin gets the same denial for a session (or message) that does not exist
+  as for one it may not see (``<action>_denied``, the id it asked about): only an
+  admin is told ``session_unavailable``.
 * Viewing and driving are separate permissions (MEM-9). A drive runs under the
   context :func:`context_for` builds: the session's owner as ``user_id`` when the
   owner is a real user, else no user at all, never the caller (MEM-8).
@@ -32,6 +43,7 @@ import attrs
 
 from . import engine
 from .access import (
+    AccessDenied,
     AccessHook,
     ExecutionContext,
     Identifier,
@@ -43,10 +55,10 @@ from .access import (
 )
 from .buffer import Buffer
 from .engine import new_message_id, validate_batch
-from .errors import InvalidContext, InvalidMessage, InvalidSession, SessionStopped
+from .errors import InvalidContext, InvalidMessage, InvalidSession, SessionStopped, shown
 from .model import AppendResult, Message
 from .refused import buffer_of
-from .rules.incoming import coerce_content
+from .rules.incoming import MAX_STORED_BYTES, coerce_content, too_big
 
 if TYPE_CHECKING:
     from .backends.base import Backend, Tx
@@ -125,8 +137,17 @@ def _text(name: str, value: object, *, blank: bool) -> str:
 def _user(name: str, value: object) -> str:
     user = usable_identity(value)
     if user is None:
-        raise InvalidSession(f"{name} {value!r} is not a usable user identity")
+        raise InvalidSession(f"{name} {shown(value)} is not a usable user identity")
     return user
+
+
+def _session_id(value: object) -> str | None:
+    """The canonical id of a session the caller names, or None when it names none.
+
+    Canonical as every buffer address is (``" abc "`` is ``"abc"``), so the row
+    looked up and the conversation buffer are addressed by one string.
+    """
+    return usable_identity(_text("session id", value, blank=True))
 
 
 def _metadata(value: object) -> str:
@@ -139,6 +160,8 @@ def _metadata(value: object) -> str:
         text.encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:
         raise InvalidSession(f"metadata must be a JSON object: {error}") from None
+    if too_big(text):
+        raise InvalidSession(f"metadata takes more than {MAX_STORED_BYTES:,} bytes as JSON")
     return text
 
 
@@ -186,15 +209,29 @@ class Sessions:
     # ---------------------------------------------------------------- helpers
 
     @staticmethod
-    def _load(tx: Tx, session_id: str) -> tuple[Session, SessionFacts] | None:
+    def _load(tx: Tx, session_id: str | None) -> tuple[Session, SessionFacts] | None:
+        """The session with this canonical id, or None (a None id names no session)."""
+        if session_id is None:
+            return None
         row = tx.one("session_load", (session_id,))
         return None if row is None else _row_to_session(row)
 
-    def _require(self, action: str, loaded: tuple[Session, SessionFacts] | None) -> Session:
-        """Decide through access.decide(); raise AccessDenied, or return the session."""
-        decide(
+    def _require(
+        self, action: str, loaded: tuple[Session, SessionFacts] | None, asked: str | None
+    ) -> Session:
+        """Decide through access.decide(); raise AccessDenied, or return the session.
+
+        ``asked``: the session id the caller named (None for a message's session). A
+        non-admin's denial carries it, whether or not a session was found.
+        """
+        decision = decide(
             self.principal, action, None if loaded is None else loaded[1], self._hooks()
-        ).enforce()
+        )
+        if not decision.allowed:
+            session_id = (decision.session_id or asked) if self.principal.admin else asked
+            raise AccessDenied(
+                decision.error_code, decision.reason, action=action, session_id=session_id
+            )
         assert loaded is not None
         return loaded[0]
 
@@ -203,9 +240,9 @@ class Sessions:
 
     def _change(self, session_id: object, action: str, statement: str, *args: object) -> Session:
         """Decide ``action``, run ``statement`` with ``(*args, session id)``, in one transaction."""
-        sid = _text("session id", session_id, blank=True)
+        sid = _session_id(session_id)
         with self.db.write() as tx:
-            self._require(action, self._load(tx, sid))
+            self._require(action, self._load(tx, sid), sid)
             tx.write(statement, (*args, sid))
             tx.write("session_touch", (sid,))
             loaded = self._load(tx, sid)
@@ -251,9 +288,9 @@ class Sessions:
 
     def get(self, session_id: str) -> Session:
         """The session, if the principal may view it."""
-        sid = _text("session id", session_id, blank=True)
+        sid = _session_id(session_id)
         with self.db.read() as tx:
-            return self._require("view", self._load(tx, sid))
+            return self._require("view", self._load(tx, sid), sid)
 
     def list(self, *, workflow_id: str | None = None) -> _SessionList:
         """The sessions the principal may view, oldest first (all of them for an admin).
@@ -271,7 +308,8 @@ class Sessions:
                 rows = []
             else:
                 rows = tx.all("session_list_for", (me, workflow_id))
-        loaded = [_row_to_session(row) for row in rows]
+        # A row whose id is not canonical cannot be loaded, so it is not listed either.
+        loaded = [_row_to_session(row) for row in rows if usable_identity(row[0]) == row[0]]
         return [session for session, facts in loaded if self._allowed("view", facts)]
 
     def read(
@@ -292,22 +330,21 @@ class Sessions:
             return self._conversation(tx, session_id, conversation).messages_in(tx, limit)
 
     def _conversation(self, tx: Tx, session_id: object, conversation: int | None) -> Buffer:
-        sid = _text("session id", session_id, blank=True)
+        sid = _session_id(session_id)
         if conversation is not None and (
             not isinstance(conversation, int) or isinstance(conversation, bool) or conversation < 0
         ):
             raise InvalidSession(
-                f"conversation must be a non-negative integer, not {conversation!r}"
+                f"conversation must be a non-negative integer, not {shown(conversation)}"
             )
-        session = self._require("view", self._load(tx, sid))
+        session = self._require("view", self._load(tx, sid), sid)
         n = session.conversation if conversation is None else conversation
         if n > session.conversation:
             raise InvalidSession(
-                f"session {sid} has conversations 0 to {session.conversation}, not {n}"
+                f"session {session.id} has conversations 0 to {session.conversation}, "
+                f"not {shown(n)}"
             )
-        return self._buffer(
-            ExecutionContext(session_id=sid, workflow_id=session.workflow_id), conversation_key(n)
-        )
+        return self._buffer(context_for(session), conversation_key(n))
 
     def _buffer(self, context: ExecutionContext, key: str) -> Buffer:
         return buffer_of(self.db, resolve_scope(context, "session"), "session", key, None)
@@ -332,10 +369,10 @@ class Sessions:
             AccessDenied: ``drive_denied`` for a viewer, a stranger or anyone anonymous.
             SessionStopped: the session is stopped; nothing was appended.
         """
-        sid = _text("session id", session_id, blank=True)
+        sid = _session_id(session_id)
         batch = validate_batch(messages)  # bad input is refused before any decision
         with self.db.write() as tx:
-            session = self._require("drive", self._load(tx, sid))
+            session = self._require("drive", self._load(tx, sid), sid)
             if session.status != "active":
                 raise SessionStopped(f"session {sid} is {session.status}; resume it first")
             context = context_for(session)
@@ -347,9 +384,9 @@ class Sessions:
     def context(self, session_id: str) -> ExecutionContext:
         """The context a turn of this session runs under (drive permission: it spends
         the owner's memory)."""
-        sid = _text("session id", session_id, blank=True)
+        sid = _session_id(session_id)
         with self.db.read() as tx:
-            return context_for(self._require("drive", self._load(tx, sid)))
+            return context_for(self._require("drive", self._load(tx, sid), sid))
 
     def stop(self, session_id: str) -> Session:
         """Stop the session: no turn is accepted until :meth:`resume` (owner or admin)."""
@@ -377,9 +414,9 @@ class Sessions:
 
     def viewers(self, session_id: str) -> _SessionViewers:
         """The users granted view access (owner or admin)."""
-        sid = _text("session id", session_id, blank=True)
+        sid = _session_id(session_id)
         with self.db.read() as tx:
-            self._require("grant", self._load(tx, sid))
+            self._require("grant", self._load(tx, sid), sid)
             return [row[0] for row in tx.all("session_viewers", (sid,))]
 
     # ---------------------------------------------------- the administrative tier
@@ -389,7 +426,7 @@ class Sessions:
     ) -> tuple[Session, SessionFacts] | None:
         """The session a message belongs to, or None when it cannot be loaded."""
         home = tx.one("message_home", (message_id,))
-        if home is None or home[0] != "session":
+        if home is None or home[0] != "session" or usable_identity(home[1]) != home[1]:
             return None
         return self._load(tx, home[1])
 
@@ -401,13 +438,16 @@ class Sessions:
         append, MEM-10).
 
         Raises:
-            AccessDenied: ``edit_denied`` for anyone but an admin;
-                ``session_unavailable`` when the message's session cannot be loaded.
+            AccessDenied: ``edit_denied`` for anyone but an admin (whether or not the
+                message exists); for an admin, ``session_unavailable`` when the
+                message's session cannot be loaded.
         """
         mid = _text("message id", message_id, blank=True)
         text, parts = coerce_content(content, 0)
+        if too_big(text):
+            raise InvalidMessage(0, "content", f"takes more than {MAX_STORED_BYTES:,} bytes")
         with self.db.write() as tx:
-            self._require("edit", self._message_session(tx, mid))
+            self._require("edit", self._message_session(tx, mid), None)
             if tx.one("is_placeholder", (mid,))[0]:
                 raise InvalidMessage(
                     0, "content", "a healed placeholder is replaced by appending its real result"
@@ -432,10 +472,11 @@ class Sessions:
         unanswered before a user turn is healed in the same transaction.
 
         Raises:
-            AccessDenied: ``delete_denied`` for anyone but an admin;
-                ``session_unavailable`` when the message's session cannot be loaded.
+            AccessDenied: ``delete_denied`` for anyone but an admin (whether or not the
+                message exists); for an admin, ``session_unavailable`` when the
+                message's session cannot be loaded.
         """
         mid = _text("message id", message_id, blank=True)
         with self.db.write() as tx:
-            self._require("delete", self._message_session(tx, mid))
+            self._require("delete", self._message_session(tx, mid), None)
             engine.drive(engine.remove_message(mid), tx)

@@ -7,7 +7,19 @@ from typing import Any
 
 import pytest
 
-from flowdrop_local import FlowdropError, InvalidAddress, InvalidMessage, Store
+from flowdrop_local import (
+    ExecutionContext,
+    FlowdropError,
+    InvalidAddress,
+    InvalidArgument,
+    InvalidContext,
+    InvalidMessage,
+    InvalidSession,
+    Principal,
+    Store,
+    usable_identity,
+)
+from flowdrop_local.rules.incoming import too_big
 
 from .conftest import snapshot
 
@@ -122,7 +134,8 @@ def test_bad_message_is_refused_and_the_file_is_unchanged(
         (("workflow", None, "k"), "scope_id must be a string"),
         (("session", "s", "  "), "key must not be blank"),
         (("User", "0", "k"), "is not the identity scope 'user'"),
-        ((" session", "", "k"), "is not the identity scope 'session'"),
+        (("SESSION", "", "k"), "is not the identity scope 'session'"),
+        ((" session", "", "k"), "printable ASCII without surrounding whitespace"),
     ],
 )
 def test_bad_address_is_refused(store: Store, address: tuple[Any, Any, Any], problem: str) -> None:
@@ -158,3 +171,176 @@ def test_a_database_error_mid_batch_rolls_back_everything(db_path: Path) -> None
         assert snapshot(db_path) == before
         assert not conn.in_transaction
         assert len(buffer) == 1
+
+
+# ------------------------------- every error of the public API is typed (issue 10 B)
+
+HUGE = 10**5000  # more digits than Python writes as text (ValueError from str())
+
+
+def _deep_list(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def _session(store: Store) -> str:
+    admin = store.sessions(Principal("root", admin=True))
+    session = admin.create("wf", owner="alice")
+    admin.drive(session.id, OK_USER)
+    return session.id
+
+
+# (what is called, the typed error it raises); each raised a built-in before.
+TYPED: list[tuple[str, Any, type[FlowdropError]]] = [
+    ("read-before-list", lambda s: s.buffer("s", "", "k").read(before=["x"]), InvalidArgument),
+    ("read-before-int", lambda s: s.buffer("s", "", "k").read(1, before=5), InvalidArgument),
+    ("limit-huge-negative", lambda s: s.buffer("s", "", "k").read(-HUGE), InvalidArgument),
+    ("scope-surrogate", lambda s: s.buffer("s\ud800", "", "k"), InvalidAddress),
+    ("scope-id-surrogate", lambda s: s.buffer("s", "\udfff", "k").read(), InvalidAddress),
+    ("key-surrogate", lambda s: s.buffer("s", "", "k\ud800").read(), InvalidAddress),
+    ("key-surrogate-buffer-for", lambda s: s.buffer_for(None, "global", "\ud800"), InvalidAddress),
+    ("memory-get-surrogate", lambda s: s.memory_get(None, "global", "k\ud800"), InvalidAddress),
+    ("memory-set-surrogate", lambda s: s.memory_set(None, "global", "\ud800", 1), InvalidAddress),
+    (
+        "memory-delete-surrogate",
+        lambda s: s.memory_delete(None, "global", "\udc00"),
+        InvalidAddress,
+    ),
+    ("scope-unhashable", lambda s: s.buffer(["user"], "7", "k"), InvalidAddress),
+    ("principal-huge", lambda s: Principal(HUGE), InvalidContext),
+    ("context-huge", lambda s: ExecutionContext(user_id=HUGE), InvalidContext),
+    ("context-huge-node", lambda s: ExecutionContext.from_dict({"node_id": -HUGE}), InvalidContext),
+    ("address-huge", lambda s: s.buffer("user", HUGE, "k"), InvalidAddress),
+    (
+        "grant-huge",
+        lambda s: s.sessions(Principal("alice")).grant(_session(s), HUGE),
+        InvalidSession,
+    ),
+    (
+        "owner-huge",
+        lambda s: s.sessions(Principal("root", admin=True)).create("wf", owner=HUGE),
+        InvalidSession,
+    ),
+    (
+        "conversation-huge",
+        lambda s: s.sessions(Principal("alice")).read(_session(s), conversation=-HUGE),
+        InvalidSession,
+    ),
+    (
+        "deep-equal-tool-call-id",
+        lambda s: s.buffer("s", "", "k").append(
+            {
+                "role": "tool",
+                "tool_call_id": _deep_list(100_000),
+                "metadata": {"tool_call_id": _deep_list(100_000)},
+            }
+        ),
+        InvalidMessage,
+    ),
+    (
+        "deep-equal-tool-calls",
+        lambda s: s.buffer("s", "", "k").append(
+            {
+                "role": "assistant",
+                "tool_calls": _deep_list(100_000),
+                "metadata": {"tool_calls": _deep_list(100_000)},
+            }
+        ),
+        InvalidMessage,
+    ),
+    (
+        "deep-equal-extra-key",
+        lambda s: s.buffer("s", "", "k").append(
+            {
+                "role": "user",
+                "content": "x",
+                "extra": _deep_list(100_000),
+                "metadata": {"extra": _deep_list(100_000)},
+            }
+        ),
+        InvalidMessage,
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "call", "error"), TYPED, ids=[t[0] for t in TYPED])
+def test_bad_arguments_raise_typed_errors_and_change_nothing(
+    db_path: Path, name: str, call: Any, error: type[FlowdropError]
+) -> None:
+    """Each argument that used to escape as a built-in error is a FlowdropError now."""
+    with Store(db_path) as store:
+        store.buffer("s", "", "k").append(OK_USER)
+        before = snapshot(db_path)
+        with pytest.raises(error):
+            call(store)
+        if not name.endswith("-huge") or name.startswith(("principal", "context", "address")):
+            assert snapshot(db_path) == before
+
+
+@pytest.mark.parametrize(
+    "limit", [2**63 - 1, 2**63, 2**64, HUGE], ids=["2**63-1", "2**63", "2**64", "10**5000"]
+)
+def test_a_limit_past_sqlite_integers_means_everything(db_path: Path, limit: int) -> None:
+    """read/messages (on a buffer and a session) take any non-negative int: capped, not an
+    OverflowError."""
+    with Store(db_path) as store:
+        sid = _session(store)
+        buffer = store.buffer("s", "", "k")
+        buffer.append([OK_USER, OK_USER])
+        alice = store.sessions(Principal("alice"))
+        assert buffer.read(limit) == buffer.read()
+        assert buffer.messages(limit) == buffer.messages()
+        first = buffer.messages()[-1].id
+        assert buffer.read(limit, before=first) == buffer.read()[:1]
+        assert alice.read(sid, limit) == alice.read(sid)
+        assert alice.messages(sid, limit) == alice.messages(sid)
+
+
+def test_ids_of_five_thousand_digits_are_judged_not_crashed(store: Store) -> None:
+    """As a str such an id is an ordinary usable identity; as an int it names nobody."""
+    digits = "7" * 5000
+    assert usable_identity(digits) == digits
+    assert usable_identity(HUGE) is None
+    store.buffer("user", digits, "k").append(OK_USER)
+    admin = store.sessions(Principal("root", admin=True))
+    session = admin.create("wf", owner=digits)
+    assert store.sessions(Principal(digits)).get(session.id).owner_id == digits
+
+
+def test_content_past_sqlite_length_limit_is_refused_before_sqlite(db_path: Path) -> None:
+    """1,000,000,001 bytes of content: InvalidMessage naming content, not sqlite3.DataError.
+
+    A real one-gigabyte string (about 1 GB of memory for a second).
+    """
+    with Store(db_path) as store:
+        buffer = store.buffer("s", "", "k")
+        buffer.append(OK_USER)
+        before = snapshot(db_path)
+        huge = "x" * 1_000_000_001
+        with pytest.raises(InvalidMessage) as caught:
+            buffer.append({"role": "user", "content": huge})
+        del huge
+        assert caught.value.field == "content"
+        assert snapshot(db_path) == before
+        assert len(buffer) == 1
+
+
+@pytest.mark.parametrize(
+    ("char", "extra", "too_big_"),
+    [
+        ("x", "", False),  # exactly the limit: stored
+        ("x", "x", True),
+        ("\u00e9", "", False),  # 2 bytes each in UTF-8
+        ("\u00e9", "x", True),
+    ],
+    ids=["ascii-at-limit", "ascii-past", "two-byte-at-limit", "two-byte-past"],
+)
+def test_the_size_check_counts_utf8_bytes_of_all_parts(
+    char: str, extra: str, too_big_: bool
+) -> None:
+    """too_big() counts encoded bytes of content and metadata together (999 MB pieces of 1 MB)."""
+    piece = char * (1_000_000 // len(char.encode()))
+    assert too_big(*[piece] * 999, extra) is too_big_
+    assert too_big(piece, extra) is False

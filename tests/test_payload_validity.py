@@ -542,14 +542,23 @@ def to_chat_of(buf: Buffer, messages: list[dict[str, Any]], limit: int) -> Any:
     return to_openai_chat(messages, limit=limit)
 
 
-@pytest.mark.parametrize("limit", [2**63, 10**30, -(2**70)])
-def test_a_limit_sqlite_cannot_hold_is_invalid_argument(store: Store, limit: int) -> None:
-    """A limit beyond 64 bits is InvalidArgument (before: OverflowError from sqlite3)."""
+@pytest.mark.parametrize("limit", [2**63, 10**30])
+def test_a_limit_past_64_bits_means_everything(store: Store, limit: int) -> None:
+    """A limit a database cannot bind reads everything (before: OverflowError from sqlite3)."""
     buf = store.buffer("session", "s1", "x")
     buf.append({"role": "user", "content": "hi"})
+    assert buf.read(limit) == buf.read()
+    assert buf.messages(limit) == buf.messages()
+    assert buf.to_openai_chat(limit) == buf.to_openai_chat()
+    assert buf.to_anthropic(limit) == buf.to_anthropic()
+
+
+def test_a_negative_limit_is_invalid_argument(store: Store) -> None:
+    """A negative limit, however large, is InvalidArgument."""
+    buf = store.buffer("session", "s1", "x")
     for call in (buf.read, buf.messages, buf.to_openai_chat, buf.to_anthropic):
         with pytest.raises(InvalidArgument, match="limit"):
-            call(limit)
+            call(-(2**70))
 
 
 # ---------------------------------------------------------------- property

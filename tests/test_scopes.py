@@ -27,6 +27,7 @@ from flowdrop_local import (
     InvalidAddress,
     InvalidContext,
     InvalidMessage,
+    InvalidValue,
     RefusedBuffer,
     Store,
     resolve_scope,
@@ -467,3 +468,67 @@ def test_schema_backstops_the_shared_bucket_spellings(
             sql.replace("{uuid}", "0" * 8 + "-0000-7000-8000-" + "0" * 12)
         )
     assert snapshot(db_path) == before
+
+
+# ----------------------------------------- scope names are printable ASCII (issue 10 D)
+
+LOOKALIKE_SCOPES = [
+    "user\u200b",  # ZERO WIDTH SPACE after it
+    "u\u0455er",  # CYRILLIC SMALL LETTER DZE: survives NFKC
+    "u\u017fer",  # LATIN SMALL LETTER LONG S: NFKC makes it "user"
+    "user\x00",  # NUL: survives NFKC
+    "\u0455ession",
+    "se\u0455\u0455ion",
+    "user\n",
+    "\tsession",
+    "\uff55\uff53\uff45\uff52",  # FULLWIDTH "user": NFKC makes it "user"
+    "us\u00e9r",
+]
+
+
+@pytest.mark.parametrize("scope", LOOKALIKE_SCOPES, ids=ascii)
+def test_a_lookalike_of_an_identity_scope_is_refused(
+    file_store: Store, db_path: Path, scope: str
+) -> None:
+    """Each look-alike of user/session gets InvalidAddress, never a shared bucket."""
+    before = snapshot(db_path)
+    with pytest.raises(InvalidAddress, match="printable ASCII"):
+        file_store.buffer(scope, "7", "chat")
+    assert snapshot(db_path) == before
+
+
+@pytest.mark.parametrize(
+    ("scope", "problem"),
+    [
+        ("caf\u00e9", "printable ASCII"),
+        (" demo", "printable ASCII"),
+        ("demo ", "printable ASCII"),
+        ("de\x7fmo", "printable ASCII"),
+        ("USER", "is not the identity scope 'user'"),
+        ("Session", "is not the identity scope 'session'"),
+    ],
+    ids=ascii,
+)
+def test_scope_names_are_printable_ascii_without_surrounding_whitespace(
+    store: Store, scope: str, problem: str
+) -> None:
+    """Any scope name, not only a look-alike: the rule is one, and says what is wrong."""
+    with pytest.raises(InvalidAddress, match=problem):
+        store.buffer(scope, "x", "chat")
+
+
+def test_scope_ids_and_keys_stay_free_text(store: Store) -> None:
+    """Only the scope name is restricted: ids and keys take any valid Unicode; SQLite
+    stores NUL too, PostgreSQL text cannot, and refuses it with a typed error."""
+    buffer = store.buffer(
+        "my scope-1.0", "\u00fcn\u00efcode \u0455 id\x00", " \u043a\u043b\u044e\u0447 "
+    )
+    if store.backend.kind == "postgresql":
+        with pytest.raises(InvalidValue, match="NUL"):
+            buffer.append(HELLO)
+        assert store.buffers() == []
+        return
+    buffer.append(HELLO)
+    assert [(b.scope, b.scope_id, b.key) for b in store.buffers()] == [
+        ("my scope-1.0", "\u00fcn\u00efcode \u0455 id\x00", " \u043a\u043b\u044e\u0447 ")
+    ]

@@ -6,6 +6,7 @@ Every denial asserts AccessDenied, its error_code, and an unchanged file.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -544,3 +545,152 @@ def test_a_placeholder_is_not_edited(db_path: Path) -> None:
         with pytest.raises(InvalidMessage, match="replaced by appending"):
             admin.update_message(placeholder.id, "edited")
         assert snapshot(db_path) == before
+
+
+# ------------------------------------------------ one snapshot, one answer (issue 10 D)
+
+
+@pytest.mark.parametrize("read", ["read", "messages"])
+def test_a_revoke_and_a_turn_committed_mid_read_are_not_seen(world: World, read: str) -> None:
+    """Decision and rows are one snapshot: a revoke + new turn committed by another Store
+    between bob's decision and his read is invisible to that read (and denies the next)."""
+    fired: list[str] = []
+
+    def revoke_meanwhile(request: AccessRequest) -> None:
+        # Runs after the rules allowed bob to view: the decision is taken. Another
+        # connection now revokes bob and adds a turn, before the rows are read.
+        if request.action == "view" and not fired:
+            fired.append(request.action)
+            with Store(world.path) as other:
+                alice = other.sessions(ALICE)
+                alice.revoke(world.owned.id, "bob")
+                alice.drive(world.owned.id, {"role": "user", "content": "after the revoke"})
+
+    world.store.add_access_hook(revoke_meanwhile)
+    rows = getattr(world.store.sessions(BOB), read)(world.owned.id)
+    assert fired == ["view"]
+    contents = [r["content"] if isinstance(r, dict) else r.content for r in rows]
+    assert contents == ["alice says hi"]  # the snapshot of the decision: no new turn
+    with pytest.raises(AccessDenied) as denied:
+        getattr(world.store.sessions(BOB), read)(world.owned.id)
+    assert denied.value.error_code == "view_denied"
+    assert len(world.store.sessions(ADMIN).messages(world.owned.id)) == 2
+
+
+def _plant_lookalike_session(path: Path, victim_id: str, owner: str) -> str:
+    """A hostile file: a sessions row whose id trims to the victim's (CHECKs bypassed)."""
+    lookalike = " " + victim_id
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        conn.execute(
+            "INSERT INTO sessions (id, workflow_id, owner_id) VALUES (?, 'wf', ?)",
+            (lookalike, owner),
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    return lookalike
+
+
+LOOKALIKE_CALLS: list[tuple[str, Callable[[Any, str], Any], str]] = [
+    ("read", lambda api, sid: api.read(sid), "view_denied"),
+    ("messages", lambda api, sid: api.messages(sid), "view_denied"),
+    ("drive", lambda api, sid: api.drive(sid, TURN), "drive_denied"),
+    ("context", lambda api, sid: api.context(sid), "drive_denied"),
+    ("get", lambda api, sid: api.get(sid), "view_denied"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "call", "code"), LOOKALIKE_CALLS, ids=[c[0] for c in LOOKALIKE_CALLS]
+)
+def test_a_lookalike_session_id_reaches_nothing_of_the_victim(
+    world: World, name: str, call: Callable[[Any, str], Any], code: str
+) -> None:
+    """carol's row " <alice's id>" is judged and addressed by one canonical id: alice's
+    session, which carol may not use. She reads nothing of it and writes nothing to it."""
+    lookalike = _plant_lookalike_session(world.path, world.owned.id, "carol")
+    before = snapshot(world.path)
+    carol = world.store.sessions(CAROL)
+    with pytest.raises(AccessDenied) as denied:
+        call(carol, lookalike)
+    assert denied.value.error_code == code
+    assert snapshot(world.path) == before
+    assert lookalike not in [s.id for s in carol.list()]  # a row that cannot be loaded
+
+
+def test_a_session_id_is_canonicalised_like_every_buffer_address(world: World) -> None:
+    """ " <id> " names the session <id>, as " 7 " names user 7: one session, one buffer."""
+    alice = world.store.sessions(ALICE)
+    padded = f"  {world.owned.id} "
+    assert alice.get(padded) == alice.get(world.owned.id)
+    alice.drive(padded, TURN)
+    assert [m["content"] for m in alice.read(world.owned.id)] == ["alice says hi", "next turn"]
+
+
+def _missing_id(world: World) -> str:
+    """An id shaped like a real one that names no session."""
+    real = world.owned.id
+    return real[:-4] + ("0000" if real[-4:] != "0000" else "1111")
+
+
+NON_ADMIN_CALLS: list[tuple[str, Callable[[Any, str, str], Any], str]] = [
+    ("get", lambda api, sid, mid: api.get(sid), "view_denied"),
+    ("read", lambda api, sid, mid: api.read(sid), "view_denied"),
+    ("messages", lambda api, sid, mid: api.messages(sid), "view_denied"),
+    ("drive", lambda api, sid, mid: api.drive(sid, TURN), "drive_denied"),
+    ("context", lambda api, sid, mid: api.context(sid), "drive_denied"),
+    ("stop", lambda api, sid, mid: api.stop(sid), "drive_denied"),
+    ("reset", lambda api, sid, mid: api.reset(sid), "drive_denied"),
+    ("grant", lambda api, sid, mid: api.grant(sid, "dave"), "grant_denied"),
+    ("viewers", lambda api, sid, mid: api.viewers(sid), "grant_denied"),
+    ("update_message", lambda api, sid, mid: api.update_message(mid, "x"), "edit_denied"),
+    ("delete_message", lambda api, sid, mid: api.delete_message(mid), "delete_denied"),
+]
+
+
+@pytest.mark.parametrize("who", ["stranger", "anonymous", "zero"])
+@pytest.mark.parametrize(
+    ("name", "call", "code"), NON_ADMIN_CALLS, ids=[c[0] for c in NON_ADMIN_CALLS]
+)
+def test_a_non_admin_cannot_tell_missing_from_not_yours(
+    world: World, who: str, name: str, call: Callable[[Any, str, str], Any], code: str
+) -> None:
+    """Missing and not-yours give one code, one message, and back the id that was asked."""
+    api = world.store.sessions(PRINCIPALS[who])
+    answers = []
+    for sid, mid in ((world.owned.id, world.owned_message), (_missing_id(world), "no-such-id")):
+        with pytest.raises(AccessDenied) as denied:
+            call(api, sid, mid)
+        error = denied.value
+        asked = None if name.endswith("_message") else sid
+        assert error.session_id == asked
+        answers.append((error.error_code, str(error)))
+    assert answers[0] == answers[1] == (code, answers[0][1])
+
+
+def test_a_viewer_driving_a_missing_session_is_told_what_it_is_told_for_a_real_one(
+    world: World,
+) -> None:
+    """bob may view alice's session but not drive it: a missing id gives the same denial."""
+    bob = world.store.sessions(BOB)
+    codes = []
+    for sid in (world.owned.id, _missing_id(world)):
+        with pytest.raises(AccessDenied) as denied:
+            bob.drive(sid, TURN)
+        codes.append(str(denied.value))
+    assert codes[0] == codes[1] and "drive_denied" in codes[0]
+
+
+def test_an_admin_keeps_the_precise_code(world: World) -> None:
+    """An admin is told a session or message cannot be loaded (session_unavailable)."""
+    admin = world.store.sessions(ADMIN)
+    for call in (
+        lambda: admin.read(_missing_id(world)),
+        lambda: admin.viewers(_missing_id(world)),
+        lambda: admin.update_message("no-such-id", "x"),
+    ):
+        with pytest.raises(AccessDenied) as denied:
+            call()
+        assert denied.value.error_code == "session_unavailable"

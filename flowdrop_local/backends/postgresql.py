@@ -47,6 +47,7 @@ from ..engine import BufferState
 from ..errors import (
     FlowdropError,
     InvalidMessage,
+    InvalidValue,
     NotADatabase,
     NotAFlowdropDatabase,
     ReadOnlyStore,
@@ -544,7 +545,7 @@ class PostgresBackend(Backend):
         ):
             return InvalidMessage(0, "content", f"PostgreSQL cannot store it: {error}")
         if isinstance(error, psycopg.DataError) and "NUL" in str(error):
-            return InvalidMessage(0, "content", "PostgreSQL text cannot hold a NUL character")
+            return InvalidValue("PostgreSQL text cannot hold a NUL character (\\x00)")
         if isinstance(error, psycopg.OperationalError):
             return FlowdropError(f"{self.where}: {_redacted(error)}")
         return error

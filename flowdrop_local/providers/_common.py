@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, shown
 from ..model import ToolCall
 from ..rules.normalize import Message, is_empty_content, normalize
 from ..rules.pairing import call_id_of, is_usable_call_id
@@ -75,7 +75,7 @@ _DATA_URL = re.compile(r"data:(?P<media>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)",
 
 def _check_window_limit(limit: object) -> None:
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-        raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
+        raise InvalidArgument(f"limit must be a non-negative integer or None, got {shown(limit)}")
 
 
 def _ids_of(message: Message) -> list[Any]:

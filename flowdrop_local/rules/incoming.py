@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
-from ..errors import InvalidMessage
+from ..errors import InvalidMessage, shown
 from .pairing import PLACEHOLDER_CONTENT, call_id_of, is_usable_call_id
 
 ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
@@ -29,6 +29,10 @@ MAX_DEPTH: Final = 200
 # Content blocks that carry tool pairing in Anthropic's shape: stored as content
 # they would hide a result from the guard, so they are refused until converted.
 PAIRING_BLOCKS: Final = frozenset({"tool_use", "tool_result", "server_tool_use"})
+# SQLite refuses a string, and a row, longer than SQLITE_MAX_LENGTH (1,000,000,000
+# bytes by default) with a DataError mid-transaction; a message's content and
+# metadata together must leave room for the row's other columns.
+MAX_STORED_BYTES: Final = 999_000_000
 _STRUCTURAL_KEYS: Final = frozenset({"role", "content", "metadata", "tool_calls", "tool_call_id"})
 _NO_VALUE: Final = object()
 
@@ -68,7 +72,7 @@ def _check_json(value: object, index: int, field: str) -> None:
         if isinstance(item, Mapping):
             for key, child in item.items():
                 if not isinstance(key, str):
-                    raise InvalidMessage(index, path, f"object key {key!r} is not a string")
+                    raise InvalidMessage(index, path, f"object key {shown(key)} is not a string")
                 if not key.isascii():
                     _check_text(key, index, path)
                 stack.append((child, f"{path}.{key}", depth + 1))
@@ -87,6 +91,28 @@ def _check_text(text: str, index: int, field: str) -> None:
         raise InvalidMessage(
             index, field, "contains a lone surrogate, which is not valid Unicode text"
         ) from None
+
+
+def too_big(*texts: str) -> bool:
+    """Whether ``texts`` take more than :data:`MAX_STORED_BYTES` in UTF-8 together.
+
+    Encodes only when it could matter (UTF-8 takes at most 4 bytes a character),
+    and only non-ASCII text (ASCII takes one byte a character).
+    """
+    if sum(map(len, texts)) * 4 <= MAX_STORED_BYTES:
+        return False
+    size = sum(len(t) if t.isascii() else len(t.encode("utf-8", "surrogatepass")) for t in texts)
+    return size > MAX_STORED_BYTES
+
+
+def _check_size(content: str, metadata: str, index: int) -> None:
+    if too_big(content, metadata):
+        raise InvalidMessage(
+            index,
+            "content",
+            f"content and metadata take more than {MAX_STORED_BYTES:,} bytes, "
+            "more than SQLite stores in one row",
+        )
 
 
 # One encoder, built once: json.dumps with options builds a new one on every call.
@@ -127,11 +153,21 @@ def _merged(message: Mapping[str, Any], metadata: dict[str, Any], name: str, ind
     """The value of ``name`` given at the top level or in metadata (both must agree)."""
     top = message.get(name, _NO_VALUE)
     nested = metadata.get(name, _NO_VALUE)
-    if top is not _NO_VALUE and nested is not _NO_VALUE and top != nested:
+    if top is not _NO_VALUE and nested is not _NO_VALUE and _differ(top, nested, index, name):
         raise InvalidMessage(
             index, name, "given both at the top level and in metadata, differently"
         )
     return nested if top is _NO_VALUE else top
+
+
+def _differ(a: object, b: object, index: int, field: str) -> bool:
+    """``a != b``, or InvalidMessage when they cannot be compared (too deep, not JSON)."""
+    try:
+        return bool(a != b)
+    except RecursionError:
+        raise InvalidMessage(index, field, f"nested deeper than {MAX_DEPTH} levels") from None
+    except Exception as error:  # a non-JSON value's own __eq__ or __bool__
+        raise InvalidMessage(index, field, f"cannot be compared: {error!r}") from None
 
 
 def _placeholder_content(
@@ -170,7 +206,7 @@ def normalize(message: object, index: int = 0) -> Incoming:
     role = message.get("role")
     if not isinstance(role, str) or role not in ROLES:
         raise InvalidMessage(
-            index, "role", f"must be one of assistant, system, tool, user; got {role!r}"
+            index, "role", f"must be one of assistant, system, tool, user; got {shown(role)}"
         )
     content, content_parts = coerce_content(message.get("content"), index)
 
@@ -188,8 +224,8 @@ def normalize(message: object, index: int = 0) -> Incoming:
             if key in _STRUCTURAL_KEYS:
                 continue
             if not isinstance(key, str):
-                raise InvalidMessage(index, "message", f"key {key!r} is not a string")
-            if key in metadata and metadata[key] != value:
+                raise InvalidMessage(index, "message", f"key {shown(key)} is not a string")
+            if key in metadata and _differ(metadata[key], value, index, key):
                 raise InvalidMessage(
                     index, key, "given both at the top level and in metadata, differently"
                 )
@@ -214,7 +250,7 @@ def normalize(message: object, index: int = 0) -> Incoming:
                     index,
                     f"tool_calls[{i}].id",
                     f"a tool call needs a non-blank string id without NUL (tool_call_id or id), "
-                    f"got {call_id!r}",
+                    f"got {shown(call_id)}",
                 )
             ids.append(call_id)
         metadata["tool_calls"] = calls
@@ -232,14 +268,18 @@ def normalize(message: object, index: int = 0) -> Incoming:
         )
     elif not is_usable_call_id(tool_call_id):
         raise InvalidMessage(
-            index, "tool_call_id", f"must be a non-blank string without NUL, got {tool_call_id!r}"
+            index,
+            "tool_call_id",
+            f"must be a non-blank string without NUL, got {shown(tool_call_id)}",
         )
     else:
         metadata["tool_call_id"] = tool_call_id
 
     healed = metadata.get("healed", False)
     if not isinstance(healed, bool):
-        raise InvalidMessage(index, "metadata.healed", f"must be true or false, got {healed!r}")
+        raise InvalidMessage(
+            index, "metadata.healed", f"must be true or false, got {shown(healed)}"
+        )
     if healed:
         content = _placeholder_content(role, tool_call_id, content, content_parts, metadata, index)
 
@@ -248,6 +288,7 @@ def normalize(message: object, index: int = 0) -> Incoming:
         metadata_json = _dumps(metadata)
     else:
         metadata_json = "{}"
+    _check_size(content, metadata_json, index)
     return Incoming(
         role,
         content,
