@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import click
@@ -88,18 +88,27 @@ def _refuse_nul(args: Sequence[str]) -> None:
         raise BadInput("an argument holds a NUL character")
 
 
+def _checked_parse(
+    command: click.Command,
+    parse: Callable[[click.Context, list[str]], list[str]],
+    ctx: click.Context,
+    args: list[str],
+) -> list[str]:
+    _refuse_nul(args)
+    try:
+        rest = parse(ctx, args)
+    except click.ClickException as error:
+        _escape(error)
+        raise
+    _refuse_unusable_text(command, ctx)
+    return rest
+
+
 class FlowdropCommand(click.Command):
     """A command whose arguments are checked for text no library call can take."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        _refuse_nul(args)
-        try:
-            rest = super().parse_args(ctx, args)
-        except click.ClickException as error:
-            _escape(error)
-            raise
-        _refuse_unusable_text(self, ctx)
-        return rest
+        return _checked_parse(self, super().parse_args, ctx, args)
 
 
 class FlowdropGroup(click.Group):
@@ -109,13 +118,7 @@ class FlowdropGroup(click.Group):
     group_class = type  # sub-groups made with @group.group() are FlowdropGroups too
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            rest = super().parse_args(ctx, args)
-        except click.ClickException as error:
-            _escape(error)
-            raise
-        _refuse_unusable_text(self, ctx)
-        return rest
+        return _checked_parse(self, super().parse_args, ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
