@@ -27,6 +27,7 @@ import click
 from ._terminal import visible
 from .access import AccessDenied
 from .errors import FlowdropError
+from .providers._common import RESPONSES_ITEM
 
 # Limits are SQLite integers: anything larger cannot be bound, so it is refused
 # here as a usage error rather than failing inside the query.
@@ -152,7 +153,6 @@ def dump(value: Any) -> None:
 # --------------------------------------------------------------- text view
 
 _TEXT_PARTS: Final = frozenset({"text", "input_text", "output_text", "summary_text"})
-RESPONSES_ITEM: Final = "responses_item"
 
 
 def _part_text(part: object) -> str:
