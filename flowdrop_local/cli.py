@@ -7,45 +7,47 @@ Bad input prints one ``Error: ...`` line on stderr and exits with status 2.
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import IO, Any, Final
 
 import click
 
+from ._cli_common import (
+    LIMIT,
+    TOO_LONG_INTEGER,
+    BadInput,
+    FlowdropGroup,
+    dump,
+    echo_history,
+    parse_json,
+)
+from ._terminal import visible
 from .buffer import Buffer
-from .check import as_dicts
+from .check import Violation, as_dicts
 from .cli_sessions import sessions
-from .errors import FlowdropError
+from .errors import InvalidImport, NotADatabase
 from .model import converter
 from .store import Store
 
+__all__ = ["DEMO_ADDRESS", "BadInput", "cli", "main"]
+
 DEFAULT_DB = "flowdrop.db"
-
-
-class BadInput(click.ClickException):
-    """A flowdrop_local error shown as one line, exit status 2."""
-
-    exit_code = 2
+log = logging.getLogger("flowdrop_local")
 
 
 @contextmanager
 def _open(ctx: click.Context) -> Iterator[Store]:
-    try:
-        with Store(ctx.obj["db"]) as store:
-            yield store
-    except FlowdropError as error:
-        raise BadInput(str(error)) from None
+    with Store(ctx.obj["db"]) as store:
+        yield store
 
 
-def _dump(value: Any) -> None:
-    click.echo(json.dumps(value, ensure_ascii=False, indent=2))
-
-
-@click.group()
+@click.group(cls=FlowdropGroup)
 @click.option(
     "--db",
+    type=click.Path(),
     envvar="FLOWDROP_DB",
     default=DEFAULT_DB,
     show_default=True,
@@ -85,51 +87,28 @@ def append(
     if json_message is not None:
         if role is not None or content is not None or tool_call_id is not None:
             raise BadInput("give either --json or --role/--content, not both")
-        try:
-            message: Any = json.loads(json_message)
-        except json.JSONDecodeError as error:
-            raise BadInput(f"--json is not valid JSON: {error}") from None
+        message: Any = parse_json(json_message, "--json")
     elif role is not None:
         message = {"role": role, "content": content or ""}
         if tool_call_id is not None:
             message["tool_call_id"] = tool_call_id
+        elif role == "tool":
+            log.warning(
+                "--role tool without --tool-call-id: the tool message answers no call, "
+                "so no provider payload can carry it as a result"
+            )
     else:
         raise BadInput("give the message with --json, or with --role and --content")
     with _open(ctx) as store:
-        try:
-            result = store.buffer(scope, scope_id, key).append(message)
-        except FlowdropError as error:
-            raise BadInput(str(error)) from None
-    _dump(converter.unstructure(result))
-
-
-def _echo_history(messages: list[dict[str, Any]]) -> None:
-    for index, message in enumerate(messages):
-        metadata = message["metadata"]
-        content = message["content"]
-        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-        notes = []
-        calls = metadata.get("tool_calls")
-        if isinstance(calls, list) and calls:
-            names = []
-            for call in calls:
-                function = call.get("function") if isinstance(call, dict) else None
-                name = function.get("name") if isinstance(function, dict) else call.get("name")
-                names.append(f"{call.get('tool_call_id', call.get('id'))}:{name}")
-            notes.append("calls " + ", ".join(names))
-        if "tool_call_id" in metadata:
-            notes.append(f"answers {metadata['tool_call_id']}")
-        if metadata.get("healed") is True:
-            notes.append("HEALED")
-        suffix = f"  [{'; '.join(notes)}]" if notes else ""
-        click.echo(f"{index:>4}  {message['role']:<9} {text}{suffix}")
+        result = store.buffer(scope, scope_id, key).append(message)
+    dump(converter.unstructure(result))
 
 
 @cli.command()
 @click.argument("scope")
 @click.argument("scope_id")
 @click.argument("key")
-@click.option("--limit", type=click.IntRange(min=0), help="Only the last N messages.")
+@click.option("--limit", type=LIMIT, help="Only the last N messages.")
 @click.option("--json", "json_output", is_flag=True, help="Print the messages as a JSON array.")
 @click.option(
     "--format",
@@ -149,18 +128,15 @@ def show(
 ) -> None:
     """Print the history of buffer SCOPE SCOPE_ID KEY."""
     with _open(ctx) as store:
-        try:
-            buffer = store.buffer(scope, scope_id, key)
-            if payload_format is not None:
-                _dump(_payload(buffer, payload_format, limit))
-                return
-            messages = buffer.read(limit=limit)
-        except FlowdropError as error:
-            raise BadInput(str(error)) from None
+        buffer = store.buffer(scope, scope_id, key)
+        if payload_format is not None:
+            dump(_payload(buffer, payload_format, limit))
+            return
+        messages = buffer.read(limit=limit)
     if json_output:
-        _dump(messages)
+        dump(messages)
     else:
-        _echo_history(messages)
+        echo_history(messages)
 
 
 def _payload(buffer: Buffer, payload_format: str, limit: int | None) -> Any:
@@ -205,16 +181,16 @@ def demo(ctx: click.Context) -> None:
     with _open(ctx) as store:
         buffer = store.buffer(*DEMO_ADDRESS)
         buffer.clear()
-        click.echo(f"Database: {store.path}   buffer: {' / '.join(DEMO_ADDRESS)}\n")
+        click.echo(visible(f"Database: {store.path}   buffer: {' / '.join(DEMO_ADDRESS)}") + "\n")
         click.echo("1. The agent loop stores the conversation and a tool call, then crashes")
         click.echo("   before the tool returns:\n")
         buffer.append(DEMO_CONVERSATION)
-        _echo_history(buffer.read())
+        echo_history(buffer.read())
         click.echo("\n   A provider would reject this history: call_weather_1 has no result.\n")
         click.echo("2. The user writes again. The append heals the dangling call in the same")
         click.echo("   transaction, placing the synthetic result right after its call (MEM-3):\n")
         result = buffer.append({"role": "user", "content": "Hello? Are you still there?"})
-        _echo_history(buffer.read())
+        echo_history(buffer.read())
         click.echo(
             f"\n   append report: count={result.count} appended={result.appended} "
             f"healed={len(result.healed_ids)}\n"
@@ -223,14 +199,13 @@ def demo(ctx: click.Context) -> None:
         click.echo("   (MEM-10), and a re-delivery of it is dropped (MEM-1):\n")
         late = {"role": "tool", "tool_call_id": "call_weather_1", "content": "Rain, 14 C, 80%"}
         first, again = buffer.append(late), buffer.append(late)
-        _echo_history(buffer.read())
+        echo_history(buffer.read())
         click.echo(
             f"\n   first delivery: replaced={len(first.replaced_ids)} appended={first.appended}; "
             f"second: dropped={again.dropped} appended={again.appended}"
         )
-        click.echo(
-            f"\nSee it again with: flowdrop-local --db {store.path} show {' '.join(DEMO_ADDRESS)}"
-        )
+        again_with = f"flowdrop-local --db {store.path} show {' '.join(DEMO_ADDRESS)}"
+        click.echo(f"\nSee it again with: {visible(again_with)}")
 
 
 cli.add_command(sessions)
@@ -244,18 +219,37 @@ def check(ctx: click.Context, json_output: bool) -> None:
 
     Exit status 0 when clean, 1 with a report of each violation.
     """
-    with _open(ctx) as store:
-        violations = store.check()
+    path = ctx.obj["db"]
+    try:
+        with _open(ctx) as store:
+            violations = store.check()
+    except NotADatabase as error:
+        if not _is_sqlite_file(path):
+            raise
+        # An SQLite file too damaged to open is a finding of the check, not bad input.
+        violations = [Violation("integrity_check", f"the file cannot be opened: {error}")]
     if json_output:
-        _dump({"ok": not violations, "violations": as_dicts(violations)})
+        dump({"ok": not violations, "violations": as_dicts(violations)})
     elif violations:
         for violation in violations:
-            click.echo(str(violation))
-        click.echo(f"{len(violations)} violation(s) in {store.path}", err=True)
+            click.echo(visible(str(violation)))
+        click.echo(visible(f"{len(violations)} violation(s) in {path}"), err=True)
     else:
-        click.echo(f"{store.path}: ok")
+        click.echo(visible(f"{path}: ok"))
     if violations:
         ctx.exit(1)
+
+
+_SQLITE_HEADER: Final = b"SQLite format 3\x00"
+
+
+def _is_sqlite_file(path: str) -> bool:
+    """The file starts with SQLite's header (so it is a damaged database, not another file)."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
+    except (OSError, ValueError):
+        return False
 
 
 @cli.command()
@@ -265,7 +259,7 @@ def vacuum(ctx: click.Context) -> None:
     with _open(ctx) as store:
         before = _size(store.path)
         store.vacuum()
-        click.echo(f"{store.path}: {before} -> {_size(store.path)} bytes")
+        click.echo(visible(f"{store.path}: {before} -> {_size(store.path)} bytes"))
 
 
 def _size(path: str) -> int:
@@ -287,18 +281,67 @@ def export(ctx: click.Context, address: tuple[str, ...]) -> None:
             click.echo(json.dumps(record, ensure_ascii=False))
 
 
+# Python's JSON parser recurses once per nesting level and converts integers of
+# at most 4,300 digits; a line that could exceed either is parsed once here first,
+# so its failure names the line instead of escaping as a RecursionError/ValueError.
+_GUARD_LENGTH: Final = 4_000
+_GUARD_BRACKETS: Final = 200
+_MAX_LINE_DEPTH: Final = 500
+
+
+def _import_lines(file: IO[bytes]) -> Iterator[str]:
+    """The file's lines as text, strict UTF-8; an unreadable line is an InvalidImport."""
+    for number, raw in enumerate(file, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise InvalidImport(
+                number, f"not UTF-8 text ({error.reason} at byte {error.start})"
+            ) from None
+        if len(line) > _GUARD_LENGTH or line.count("[") + line.count("{") > _GUARD_BRACKETS:
+            _guard(line, number)
+        yield line
+
+
+def _guard(line: str, number: int) -> None:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError:
+        return  # the import reports it, with the parser's own message
+    except RecursionError:
+        raise InvalidImport(number, "JSON nested too deeply to read") from None
+    except ValueError:  # the only ValueError left: an integer past Python's limit
+        raise InvalidImport(number, f"the line holds {TOO_LONG_INTEGER}") from None
+    if _depth(value) > _MAX_LINE_DEPTH:
+        raise InvalidImport(number, f"JSON nested deeper than {_MAX_LINE_DEPTH} levels")
+
+
+def _depth(value: object) -> int:
+    """How deeply ``value`` nests (iteratively: it may be deeper than the stack)."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 @cli.command(name="import")
-@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.argument("file", type=click.File("rb"))
 @click.option("--replace", is_flag=True, help="Replace buffers that already hold messages.")
 @click.pass_context
 def import_(ctx: click.Context, file: Any, replace: bool) -> None:
     """Import a JSON Lines export (FILE, or - for stdin) in one transaction."""
     with _open(ctx) as store:
-        try:
-            report = store.import_jsonl(file, replace=replace)
-        except FlowdropError as error:
-            raise BadInput(str(error)) from None
-    _dump(converter.unstructure(report))
+        report = store.import_jsonl(_import_lines(file), replace=replace)
+    dump(converter.unstructure(report))
 
 
 @cli.command()
@@ -307,11 +350,8 @@ def import_(ctx: click.Context, file: Any, replace: bool) -> None:
 def backup(ctx: click.Context, target: str) -> None:
     """Write a consistent copy of the live database to TARGET."""
     with _open(ctx) as store:
-        try:
-            store.backup(target)
-        except FlowdropError as error:
-            raise BadInput(str(error)) from None
-    click.echo(f"backed up {ctx.obj['db']} to {target}")
+        store.backup(target)
+    click.echo(visible(f"backed up {ctx.obj['db']} to {target}"))
 
 
 def main() -> None:

@@ -2,37 +2,25 @@
 
 A face: it builds a :class:`Principal` from ``--as`` and ``--admin`` and calls the
 sessions API, which decides. Bad input exits 2 (like the rest of the CLI); an
-access denial exits 3 and names its ``error_code``.
+access denial exits 3 and names its ``error_code`` (see :mod:`._cli_common`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
 
-from .access import AccessDenied, Principal
-from .errors import FlowdropError
+from ._cli_common import LIMIT, BadInput, FlowdropGroup, dump, echo_history, parse_json
+from ._terminal import visible
+from .access import Principal
 from .model import converter
 from .sessions import Session, Sessions
 from .store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class _BadInput(click.ClickException):
-    """A flowdrop_local error shown as one line, exit status 2 (as ``cli.BadInput``)."""
-
-    exit_code = 2
-
-
-class _Denied(click.ClickException):
-    """An access denial shown as one line, exit status 3."""
-
-    exit_code = 3
 
 
 def _principal_options(command: F) -> F:
@@ -50,14 +38,9 @@ def _principal_options(command: F) -> F:
 
 @contextmanager
 def _api(ctx: click.Context, as_user: str | None, admin: bool) -> Iterator[Sessions]:
-    """The sessions API as the principal; errors become one ``Error:`` line."""
-    try:
-        with Store(ctx.obj["db"]) as store:
-            yield store.sessions(Principal(as_user, admin=admin))
-    except AccessDenied as error:
-        raise _Denied(str(error)) from None
-    except FlowdropError as error:
-        raise _BadInput(str(error)) from None
+    """The sessions API as the principal (the group turns its errors into one line)."""
+    with Store(ctx.obj["db"]) as store:
+        yield store.sessions(Principal(as_user, admin=admin))
 
 
 def _session_dict(session: Session) -> dict[str, Any]:
@@ -65,11 +48,7 @@ def _session_dict(session: Session) -> dict[str, Any]:
     return data
 
 
-def _dump(value: Any) -> None:
-    click.echo(json.dumps(value, ensure_ascii=False, indent=2))
-
-
-@click.group()
+@click.group(cls=FlowdropGroup)
 def sessions() -> None:
     """Create, list and show sessions as a given user (--as USER, --admin)."""
 
@@ -94,13 +73,8 @@ def create(
 ) -> None:
     """Create a session of WORKFLOW_ID and print it as JSON."""
     if owner is not None and no_owner:
-        raise _BadInput("give --owner or --no-owner, not both")
-    metadata = None
-    if metadata_json is not None:
-        try:
-            metadata = json.loads(metadata_json)
-        except json.JSONDecodeError as error:
-            raise _BadInput(f"--metadata is not valid JSON: {error}") from None
+        raise BadInput("give --owner or --no-owner, not both")
+    metadata = None if metadata_json is None else parse_json(metadata_json, "--metadata")
     with _api(ctx, as_user, admin) as api:
         if no_owner:
             session = api.create(workflow_id, name=name, metadata=metadata, owner=None)
@@ -108,7 +82,7 @@ def create(
             session = api.create(workflow_id, name=name, metadata=metadata, owner=owner)
         else:
             session = api.create(workflow_id, name=name, metadata=metadata)
-    _dump(_session_dict(session))
+    dump(_session_dict(session))
 
 
 @sessions.command(name="list")
@@ -123,16 +97,16 @@ def list_(
     with _api(ctx, as_user, admin) as api:
         found = api.list(workflow_id=workflow_id)
     if json_output:
-        _dump([_session_dict(s) for s in found])
+        dump([_session_dict(s) for s in found])
         return
     for s in found:
         owner = s.owner_id if s.owner_id is not None else "(nobody)"
-        click.echo(f"{s.id}  {s.status:<7}  {owner:<12}  {s.workflow_id}  {s.name}")
+        click.echo(visible(f"{s.id}  {s.status:<7}  {owner:<12}  {s.workflow_id}  {s.name}"))
 
 
 @sessions.command()
 @click.argument("session_id")
-@click.option("--limit", type=click.IntRange(min=0), help="Only the last N messages.")
+@click.option("--limit", type=LIMIT, help="Only the last N messages.")
 @click.option("--json", "json_output", is_flag=True, help="Print {session, messages} as JSON.")
 @_principal_options
 @click.pass_context
@@ -149,12 +123,13 @@ def show(
         session = api.get(session_id)
         messages = api.read(session_id, limit)
     if json_output:
-        _dump({"session": _session_dict(session), "messages": messages})
+        dump({"session": _session_dict(session), "messages": messages})
         return
     owner = session.owner_id if session.owner_id is not None else "(nobody)"
-    click.echo(f"session {session.id}  [{session.status}]  owner {owner}")
-    click.echo(f"workflow {session.workflow_id}  name {session.name!r}  {session.conversation_key}")
-    for index, message in enumerate(messages):
-        content = message["content"]
-        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-        click.echo(f"{index:>4}  {message['role']:<9} {text}")
+    click.echo(visible(f"session {session.id}  [{session.status}]  owner {owner}"))
+    click.echo(
+        visible(
+            f"workflow {session.workflow_id}  name {session.name!r}  {session.conversation_key}"
+        )
+    )
+    echo_history(messages)

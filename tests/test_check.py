@@ -112,3 +112,130 @@ def test_cli_check_exit_codes_and_json(tmp_path: Path) -> None:
     assert "count: buffers.message_count is 99" in dirty.stdout
     report = json.loads(CliRunner().invoke(cli, ["--db", str(path), "check", "--json"]).stdout)
     assert report["ok"] is False and report["violations"][0]["check"] == "count"
+
+
+def _several_kinds(path: Path) -> None:
+    """Four kinds of damage at once: a count, a ledger row, a placeholder, a dangling reference."""
+    _raw(
+        path,
+        "UPDATE buffers SET message_count = 99",
+        "DELETE FROM tool_calls WHERE call_id = 'c2'",
+        "UPDATE messages SET content = 'edited' WHERE healed = 1",
+        "INSERT INTO tool_calls (buffer_id, call_id, declared_by, ordinal) "
+        f"VALUES (1, 'c7', '{FIXED_ID}', 0)",
+    )
+
+
+def test_every_kind_of_violation_is_reported_in_one_run(tmp_path: Path) -> None:
+    """A foreign-key finding no longer hides the others: one run reports all four kinds."""
+    path = tmp_path / "x.db"
+    _healthy(path)
+    _several_kinds(path)
+    with Store(path) as store:
+        kinds = {v.check for v in store.check()}
+    assert kinds >= {"count", "ledger", "placeholder", "foreign_key_check"}, kinds
+
+
+def test_foreign_key_finding_names_the_buffer_and_the_call(tmp_path: Path) -> None:
+    """A dangling ledger row says which call of which buffer, in text and in --json."""
+    path = tmp_path / "x.db"
+    _healthy(path)
+    _several_kinds(path)
+    text = CliRunner().invoke(cli, ["--db", str(path), "check"])
+    assert text.exit_code == 1
+    [line] = [line for line in text.stdout.splitlines() if line.startswith("foreign_key_check")]
+    assert "call 'c7'" in line and "session/s/chat" in line and FIXED_ID in line, line
+    assert "row None" not in line
+    report = json.loads(CliRunner().invoke(cli, ["--db", str(path), "check", "--json"]).stdout)
+    [finding] = [v for v in report["violations"] if v["check"] == "foreign_key_check"]
+    assert (finding["buffer"], finding["call_id"], finding["message_id"]) == (
+        "session/s/chat",
+        "c7",
+        FIXED_ID,
+    )
+
+
+def test_foreign_key_finding_of_a_missing_buffer_says_so(tmp_path: Path) -> None:
+    """Rows of a deleted buffer are named by their id and the buffer's number."""
+    path = tmp_path / "x.db"
+    _healthy(path)
+    _raw(path, "DELETE FROM buffers")
+    with Store(path) as store:
+        found = [v for v in store.check() if v.check == "foreign_key_check"]
+    assert found and all(v.buffer == "#1 (missing)" for v in found)
+    assert {v.call_id for v in found} >= {"c1", "c2"}
+    assert any(v.message_id and "message:" in v.detail for v in found)
+
+
+def _big(path: Path) -> None:
+    with Store(path) as store:
+        store.buffer("session", "s", "chat").append(
+            [{"role": "user", "content": f"message {i} " * 50} for i in range(300)]
+        )
+
+
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        ("truncated", "the file cannot be opened"),
+        ("root page of messages overwritten", "cannot read the buffer"),
+    ],
+)
+def test_corrupt_file_is_a_finding_exit_1(tmp_path: Path, damage: str, words: str) -> None:
+    """check on a damaged SQLite file exits 1 with integrity_check findings (not 2, bad input)."""
+    path = tmp_path / "x.db"
+    _big(path)
+    if damage == "truncated":
+        with open(path, "r+b") as file:
+            file.truncate(4096 * 3)
+    else:
+        conn = sqlite3.connect(path)
+        (root,) = conn.execute(
+            "SELECT rootpage FROM sqlite_master WHERE name = 'messages'"
+        ).fetchone()
+        conn.close()
+        with open(path, "r+b") as file:
+            file.seek(4096 * (root - 1) + 12)
+            file.write(b"\xff" * 64)
+    result = CliRunner().invoke(cli, ["--db", str(path), "check"])
+    assert result.exit_code == 1, result.output
+    assert result.stdout.startswith("integrity_check:") and words in result.stdout
+    assert "Traceback" not in result.output
+    report = json.loads(CliRunner().invoke(cli, ["--db", str(path), "check", "--json"]).stdout)
+    assert report["ok"] is False and report["violations"][0]["check"] == "integrity_check"
+
+
+def test_a_file_that_is_not_sqlite_is_bad_input_exit_2(tmp_path: Path) -> None:
+    """A text file is not a damaged database: check refuses it with one Error line, exit 2."""
+    path = tmp_path / "notes.txt"
+    path.write_text("just some notes\n" * 100)
+    result = CliRunner().invoke(cli, ["--db", str(path), "check"])
+    assert result.exit_code == 2 and result.stderr.startswith("Error:")
+
+
+def test_metadata_that_is_not_an_object_is_reported_not_raised(tmp_path: Path) -> None:
+    """Metadata that is JSON but no object (CHECK bypassed) is a finding naming the row."""
+    path = tmp_path / "x.db"
+    _healthy(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA ignore_check_constraints = ON")
+    conn.execute("UPDATE messages SET metadata = '[1]' WHERE role = 'tool'")
+    conn.execute("UPDATE messages SET metadata = '\"text\"' WHERE role = 'assistant'")
+    conn.close()
+    with Store(path) as store:
+        found = [v for v in store.check() if v.check == "json"]
+    assert len(found) == 4 and all(v.buffer == "session/s/chat" and v.message_id for v in found)
+
+
+def test_check_text_output_escapes_terminal_controls(tmp_path: Path) -> None:
+    """A stored escape sequence in a buffer's name is printed visibly, not executed."""
+    path = tmp_path / "x.db"
+    with Store(path) as store:
+        store.buffer("global", "\x1b]0;pwned\x07", "\x1b[2J").append(
+            {"role": "user", "content": "hi"}
+        )
+    _raw(path, "UPDATE buffers SET message_count = 99")
+    result = CliRunner().invoke(cli, ["--db", str(path), "check"])
+    assert result.exit_code == 1
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert "global/\\x1b]0;pwned\\x07/\\x1b[2J" in result.stdout

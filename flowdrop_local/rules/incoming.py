@@ -10,13 +10,18 @@ Three input shapes are accepted and stored as one (tool data under ``metadata``)
 
 Declared call dicts are kept as sent (both id spellings are read, MEM-11), so the
 stored history is lossless. Other top-level keys (``name``, say) move into
-``metadata``. Anything malformed raises :class:`InvalidMessage` naming the
-message's index and the field.
+``metadata``; one that looks like a misspelled field (``contnet``, ``tool_call``,
+``tool_call_ids``) is kept the same way but logged as a warning, since the content
+or call it meant to carry is then in no payload. Anything malformed raises
+:class:`InvalidMessage` naming the message's index and the field.
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
 import json
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
@@ -35,6 +40,7 @@ PAIRING_BLOCKS: Final = frozenset({"tool_use", "tool_result", "server_tool_use"}
 MAX_STORED_BYTES: Final = 999_000_000
 _STRUCTURAL_KEYS: Final = frozenset({"role", "content", "metadata", "tool_calls", "tool_call_id"})
 _NO_VALUE: Final = object()
+log = logging.getLogger(__name__)
 
 
 class Incoming(NamedTuple):
@@ -149,6 +155,13 @@ def coerce_content(value: object, index: int) -> tuple[str, int]:
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _misspelled_field(key: str) -> str | None:
+    """The field ``key`` looks like a misspelling of (case, a letter or an ``s`` off)."""
+    match = difflib.get_close_matches(key.lower(), sorted(_STRUCTURAL_KEYS), n=1, cutoff=0.8)
+    return match[0] if match else None
+
+
 def _merged(message: Mapping[str, Any], metadata: dict[str, Any], name: str, index: int) -> object:
     """The value of ``name`` given at the top level or in metadata (both must agree)."""
     top = message.get(name, _NO_VALUE)
@@ -225,6 +238,15 @@ def normalize(message: object, index: int = 0) -> Incoming:
                 continue
             if not isinstance(key, str):
                 raise InvalidMessage(index, "message", f"key {shown(key)} is not a string")
+            meant = _misspelled_field(key)
+            if meant is not None:
+                log.warning(
+                    "message %d: key %r is not a message field: it is kept in metadata, where "
+                    "no payload reads it; did you mean %r?",
+                    index,
+                    key,
+                    meant,
+                )
             if key in metadata and _differ(metadata[key], value, index, key):
                 raise InvalidMessage(
                     index, key, "given both at the top level and in metadata, differently"
