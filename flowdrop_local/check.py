@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from ._schema import schema_problems
 from .positions import is_valid_key
 from .rules.pairing import PLACEHOLDER_CONTENT, declared_call_ids, placeholder_metadata
 
@@ -41,6 +42,9 @@ _LEDGER = "SELECT call_id, declared_by, ordinal, answered_by FROM tool_calls WHE
 
 def check_database(conn: sqlite3.Connection) -> list[Violation]:
     """Every violation found in the file; an empty list means it is sound."""
+    schema = _check_schema(conn)
+    if schema:
+        return schema  # reading on could run the foreign objects' SQL
     try:
         violations = [
             Violation("integrity_check", row[0])
@@ -61,6 +65,18 @@ def check_database(conn: sqlite3.Connection) -> list[Violation]:
     for buffer_id, scope, scope_id, key, stored_count in buffers:
         violations += _check_buffer(conn, buffer_id, f"{scope}/{scope_id}/{key}", stored_count)
     return violations
+
+
+def _check_schema(conn: sqlite3.Connection) -> list[Violation]:
+    """Schema objects that are not exactly ours (``_schema.schema_problems``), checked first.
+
+    Opening refuses such a file; this catches what was added later (``store.db``).
+    """
+    try:
+        objects = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    except sqlite3.DatabaseError:
+        return []  # unreadable: integrity_check reports it
+    return [Violation("schema", problem) for _, problem in schema_problems(objects)]
 
 
 def _check_buffer(

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from ._files import remove_database
 from .buffer import Buffer
 from .check import as_dicts
 from .cli_sessions import sessions
@@ -30,13 +31,23 @@ class BadInput(click.ClickException):
     exit_code = 2
 
 
+# Only these commands may create the database; the others refuse a missing file.
+_CREATING = frozenset({"append", "demo", "import"})
+
+
 @contextmanager
 def _open(ctx: click.Context) -> Iterator[Store]:
+    """The store for the command; a command that fails removes a file it created."""
+    store: Store | None = None
     try:
-        with Store(ctx.obj["db"]) as store:
+        with Store(ctx.obj["db"], create=ctx.info_name in _CREATING) as store:
             yield store
-    except FlowdropError as error:
-        raise BadInput(str(error)) from None
+    except BaseException as error:
+        if store is not None and store.created:
+            remove_database(store.path)
+        if isinstance(error, FlowdropError):
+            raise BadInput(str(error)) from None
+        raise
 
 
 def _dump(value: Any) -> None:

@@ -52,7 +52,7 @@ def _principal_options(command: F) -> F:
 def _api(ctx: click.Context, as_user: str | None, admin: bool) -> Iterator[Sessions]:
     """The sessions API as the principal; errors become one ``Error:`` line."""
     try:
-        with Store(ctx.obj["db"]) as store:
+        with Store(ctx.obj["db"], create=ctx.info_name == "create") as store:
             yield store.sessions(Principal(as_user, admin=admin))
     except AccessDenied as error:
         raise _Denied(str(error)) from None

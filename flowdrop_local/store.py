@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import sqlite_utils
 
-from . import memory
+from . import _files, memory
 from ._schema import prepare
 from .access import (
     AccessHook,
@@ -84,16 +84,21 @@ class Store:
     """A flowdrop_local database file.
 
     Args:
-        path: the file (created with its schema on first open), or ``":memory:"``.
+        path: the file (created with mode 0600 and the schema on first open), or
+            ``":memory:"``.
         durability: ``"normal"`` (WAL, synchronous=NORMAL: a committed append
             survives any crash of the process) or ``"full"`` (synchronous=FULL:
             it also survives a power loss or an OS crash).
         lock_warning_after: seconds an append waits for another writer before a
             warning is logged; it then goes on waiting (MEM-12: never fatal).
+        create: when false, a missing file (or an empty one) is refused instead
+            of created: for callers that only read.
 
     Raises:
         NotADatabase, NotAFlowdropDatabase, SchemaTooNew: the file is not one
-            this library can open; it is left untouched.
+            this library can open (its schema objects included); it is left untouched.
+        DatabaseNotFound: the folder is missing, or the file is and ``create`` is false.
+        InvalidArgument: ``path`` is not a text path.
     """
 
     def __init__(
@@ -103,6 +108,7 @@ class Store:
         durability: Durability = "normal",
         lock_warning_after: float = 5.0,
         read_only: bool = False,
+        create: bool = True,
     ) -> None:
         if durability not in _SYNCHRONOUS:
             raise InvalidArgument(f"durability must be 'normal' or 'full', got {durability!r}")
@@ -111,7 +117,7 @@ class Store:
                 "lock_warning_after must be a positive number of seconds, "
                 f"got {lock_warning_after!r}"
             )
-        self.path = os.fspath(path)
+        self.path = _files.checked_path(path, "path")
         # A file (or folder) this process cannot write is opened read-only: reads
         # work, and every write raises ReadOnlyStore before touching the file.
         self.read_only = read_only or (
@@ -129,33 +135,41 @@ class Store:
         self._changes = -1  # conn.total_changes when the tails were last right
         self._forked = False
         self._closed = True
+        # Whether this store created the file (a caller whose work then fails may
+        # remove it: _files.remove_database).
+        self.created = False
+        if self.path != ":memory:" and not self.read_only:
+            self.created = _files.open_or_create(self.path, create)
         conn = self._connect()
         try:
-            prepare(conn, self.path)
+            prepare(conn, self.path, create=create)
             self._configure(conn)
-        except sqlite3.OperationalError as error:
+        except BaseException as error:
             conn.close()
+            if self.created:  # a failed open leaves no file behind that it made
+                _files.remove_database(self.path)
+            if not isinstance(error, sqlite3.OperationalError):
+                raise
             if "readonly" in str(error):
                 raise ReadOnlyStore(
                     f"{self.path} is read-only and needs its schema created or upgraded"
                 ) from None
             raise NotADatabase(f"cannot open {self.path}: {error}") from None
-        except BaseException:
-            conn.close()
-            raise
         self._conn = conn
         self._closed = False
         _LIVE_STORES.add(self)
 
     def _connect(self) -> sqlite3.Connection:
         def connect(target: str, uri: bool = False) -> sqlite3.Connection:
-            return sqlite3.connect(
+            conn = sqlite3.connect(
                 target,
                 isolation_level=None,
                 check_same_thread=False,
                 timeout=self.lock_warning_after,
                 uri=uri,
             )
+            _files.set_defensive(conn)
+            return conn
 
         if not self.read_only:
             try:
@@ -318,13 +332,23 @@ class Store:
         """Write a consistent copy of the database to ``path`` while writers go on.
 
         Uses SQLite's online backup API in one step, so the copy is one snapshot.
+        The target is created exclusively, mode 0600, without following a link:
+        nothing already at ``path`` (a file, a dangling link) is written through or
+        overwritten, and a failed backup removes what it created.
 
         Raises:
-            FileExistsError (a FlowdropError): ``path`` exists; it is not overwritten.
+            BackupTargetExists (FileExistsError): something is at ``path``; untouched.
+            DatabaseNotFound: the folder of ``path`` does not exist.
+            InvalidArgument: ``path`` is not a text path.
         """
-        target_path = os.fspath(path)
-        if os.path.exists(target_path):
-            raise BackupTargetExists(f"{target_path} exists; not overwriting it")
+        target_path = _files.checked_path(path, "the backup target")
+        _files.require_folder(target_path)
+        try:
+            fd = _files.create_private(target_path)
+        except FileExistsError:
+            raise BackupTargetExists(f"{target_path} exists; not overwriting it") from None
+        except OSError as error:
+            raise FlowdropError(f"cannot back up to {target_path}: {error.strerror}") from None
         try:
             target = sqlite3.connect(target_path)
             try:
@@ -332,8 +356,16 @@ class Store:
                     self._connection().backup(target)
             finally:
                 target.close()
-        except sqlite3.DatabaseError as error:
-            raise FlowdropError(f"cannot back up to {target_path}: {error}") from None
+            # SQLite opened the path again: it must still be the file created above.
+            if not _files.same_file(fd, target_path):
+                raise FlowdropError(f"{target_path} was replaced while the backup was written")
+        except BaseException as error:
+            _files.remove_database(target_path, fd)
+            if isinstance(error, sqlite3.DatabaseError):
+                raise FlowdropError(f"cannot back up to {target_path}: {error}") from None
+            raise
+        finally:
+            os.close(fd)
 
     def export(self, address: tuple[str, str, str] | None = None) -> Iterator[dict[str, Any]]:
         """Export records (see :mod:`.portability`) of every buffer, or of one."""
