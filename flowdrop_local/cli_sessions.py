@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ._files import remove_database
 from .access import AccessDenied, Principal
 from .errors import FlowdropError
 from .model import converter
@@ -50,14 +51,22 @@ def _principal_options(command: F) -> F:
 
 @contextmanager
 def _api(ctx: click.Context, as_user: str | None, admin: bool) -> Iterator[Sessions]:
-    """The sessions API as the principal; errors become one ``Error:`` line."""
+    """The sessions API as the principal; errors become one ``Error:`` line.
+
+    Only ``create`` may create the database, and it removes the file it created if it fails.
+    """
+    store: Store | None = None
     try:
         with Store(ctx.obj["db"], create=ctx.info_name == "create") as store:
             yield store.sessions(Principal(as_user, admin=admin))
-    except AccessDenied as error:
-        raise _Denied(str(error)) from None
-    except FlowdropError as error:
-        raise _BadInput(str(error)) from None
+    except BaseException as error:
+        if store is not None and store.created:
+            remove_database(store.path)
+        if isinstance(error, AccessDenied):
+            raise _Denied(str(error)) from None
+        if isinstance(error, FlowdropError):
+            raise _BadInput(str(error)) from None
+        raise
 
 
 def _session_dict(session: Session) -> dict[str, Any]:

@@ -182,7 +182,8 @@ FOREIGN_OBJECTS = [
     (
         "table replaced by a view",
         "DROP TABLE session_viewers; "
-        "CREATE VIEW session_viewers AS SELECT id AS session_id, 'mallory' AS user_id FROM sessions",
+        "CREATE VIEW session_viewers AS "
+        "SELECT id AS session_id, 'mallory' AS user_id FROM sessions",
         "view session_viewers",
     ),
     ("index on our table", "CREATE INDEX peek ON messages (content)", "index peek"),
@@ -206,7 +207,8 @@ FOREIGN_OBJECTS = [
     (
         "trigger on the user's table writing ours",
         "CREATE TABLE notes (body TEXT); CREATE TRIGGER n AFTER INSERT ON notes "
-        "BEGIN INSERT INTO 'memory' (scope, scope_id, key, value) VALUES ('global', '', 'k', 1); END",
+        "BEGIN INSERT INTO 'memory' (scope, scope_id, key, value) "
+        "VALUES ('global', '', 'k', 1); END",
         "trigger n is not flowdrop_local's and names its table memory",
     ),
     (
