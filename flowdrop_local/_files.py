@@ -62,25 +62,25 @@ def create_private(path: str) -> int:
     return os.open(path, _CREATE_FLAGS, PRIVATE_MODE)
 
 
-def create_private_if_missing(path: str) -> bool:
-    """Create ``path`` (see :func:`create_private`) unless something is there; True if created."""
-    try:
-        os.close(create_private(path))
-    except FileExistsError:
-        return False
-    return True
-
-
 def open_or_create(path: str, create: bool) -> bool:
     """Make sure a database file is at ``path`` before SQLite opens it; True if created here.
+
+    One system call when the file exists (the common case: every open).
 
     Raises:
         DatabaseNotFound: the folder is missing, or the file is and ``create`` is false.
     """
-    require_folder(path)
     if create:
-        return create_private_if_missing(path)
+        try:
+            os.close(create_private(path))
+        except FileExistsError:
+            return False
+        except FileNotFoundError:
+            require_folder(path)
+            raise
+        return True
     if not os.path.exists(path):
+        require_folder(path)
         raise DatabaseNotFound(f"{path} does not exist (create=False: not creating it)")
     return False
 

@@ -273,17 +273,22 @@ def _referenced_tables(sql: str) -> set[str]:
 @cache
 def _expected() -> dict[tuple[str, str], tuple[str, str | None, tuple[str, ...] | None]]:
     """(type, lower-case name) -> (lower-case table, SQL, its tokens), from schema.sql."""
+    return {
+        (type_, name.lower()): (table.lower(), sql, None if sql is None else sql_tokens(sql))
+        for type_, name, table, sql in sorted(_expected_rows(), key=lambda row: row[1])
+    }
+
+
+@cache
+def _expected_rows() -> frozenset[MasterRow]:
+    """The sqlite_master rows schema.sql makes, exactly."""
     conn = sqlite3.connect(":memory:")
     try:
         for statement in statements(schema_sql()):
             conn.execute(statement)
-        rows = conn.execute(_MASTER).fetchall()
+        return frozenset(conn.execute(_MASTER).fetchall())
     finally:
         conn.close()
-    return {
-        (type_, name.lower()): (table.lower(), sql, None if sql is None else sql_tokens(sql))
-        for type_, name, table, sql in rows
-    }
 
 
 @cache
@@ -318,6 +323,8 @@ def schema_problems(objects: list[MasterRow]) -> list[tuple[str, str]]:
     ``sqlite_stat*`` tables, the user's own tables, and their indexes, triggers
     and views).
     """
+    if len(objects) == len(_expected_rows()) and frozenset(objects) == _expected_rows():
+        return []  # byte for byte what schema.sql makes: the common case, kept cheap
     expected = _expected()
     problems: list[tuple[str, str]] = []
     seen = set()

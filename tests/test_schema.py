@@ -316,10 +316,10 @@ def test_a_version_1_file_with_a_foreign_trigger_is_refused_and_not_upgraded(
 def test_the_expected_schema_is_computed_once_per_process(tmp_path: Path) -> None:
     """Opening more stores does not apply schema.sql again (cold open stays cheap)."""
     Store(tmp_path / "a.db").close()
-    before = _schema._expected.cache_info()
+    before = _schema._expected_rows.cache_info()
     for name in ("a.db", "b.db", "c.db"):
         Store(tmp_path / name).close()
-    after = _schema._expected.cache_info()
+    after = _schema._expected_rows.cache_info()
     assert after.misses == before.misses and after.hits > before.hits
 
 
