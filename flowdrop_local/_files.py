@@ -109,13 +109,13 @@ def same_file(fd: int, path: str) -> bool:
 def remove_database(path: str, fd: int | None = None) -> None:
     """Remove a database file this process created, with its sidecars; missing ones are fine.
 
-    With ``fd`` (the file as created), ``path`` is removed only while it is still
-    that file, so a file someone put in its place is left alone.
+    With ``fd`` (the file as created), nothing is removed unless ``path`` is still
+    that file, so a file someone put in its place (and its sidecars) is left alone.
     """
-    if fd is None or same_file(fd, path):
-        _unlink(path)
-    for suffix in SIDECARS:
-        _unlink(path + suffix)
+    if fd is not None and not same_file(fd, path):
+        return
+    for name in (path, *(path + suffix for suffix in SIDECARS)):
+        _unlink(name)
 
 
 def _unlink(path: str) -> None:
