@@ -18,6 +18,7 @@ from .buffer import Buffer
 from .check import Violation
 from .errors import (
     BackupTargetExists,
+    DatabaseNotFound,
     FlowdropError,
     InvalidAddress,
     InvalidArgument,
@@ -69,6 +70,7 @@ __all__ = [
     "BackupTargetExists",
     "Buffer",
     "BufferRef",
+    "DatabaseNotFound",
     "ExecutionContext",
     "FlowdropError",
     "ImportReport",

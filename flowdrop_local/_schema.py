@@ -5,11 +5,17 @@
 gets it whole; an older file is brought forward by the numbered steps in
 ``MIGRATIONS``, all in one transaction. The version lives in ``PRAGMA
 user_version`` and the file is marked with ``PRAGMA application_id``.
+
+Every open also compares the file's ``sqlite_master`` with the schema schema.sql
+makes (``verify_schema``), before any statement of the library runs: a file is
+untrusted input, and a trigger, view or index someone added (or one of ours they
+changed) would otherwise run its SQL inside the library's own transactions.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Callable, Iterator
 from functools import cache
@@ -130,43 +136,56 @@ def statements(script: str) -> Iterator[str]:
         raise ValueError(f"incomplete SQL statement at the end of the script: {pending!r}")
 
 
-def _header(conn: sqlite3.Connection) -> tuple[int, int, int]:
-    """(application_id, user_version, number of schema objects), reading only."""
+# A row of sqlite_master: (type, name, tbl_name, sql).
+MasterRow = tuple[str, str, str, str | None]
+_MASTER = "SELECT type, name, tbl_name, sql FROM sqlite_master"
+
+
+def _header(conn: sqlite3.Connection, where: str) -> tuple[int, int, list[MasterRow]]:
+    """(application_id, user_version, the schema objects), reading only."""
     try:
         application_id = conn.execute("PRAGMA application_id").fetchone()[0]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        objects = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        objects = conn.execute(_MASTER).fetchall()
     except sqlite3.DatabaseError as error:
-        raise NotADatabase(f"not an SQLite database, or a corrupt one: {error}") from None
+        raise NotADatabase(
+            f"{where} is not an SQLite database, or a corrupt one: {error}"
+        ) from None
     return application_id, version, objects
 
 
-def prepare(conn: sqlite3.Connection, where: str) -> None:
+def prepare(conn: sqlite3.Connection, where: str, *, create: bool = True) -> None:
     """Check what the file is; create or upgrade its schema when it needs it.
 
-    Nothing is written unless the file is a fresh (empty) database or an older
-    flowdrop_local file, and then in one ``BEGIN IMMEDIATE`` transaction.
+    Nothing is written unless the file is a fresh (empty) database (and ``create``
+    is true) or an older flowdrop_local file, and then in one ``BEGIN IMMEDIATE``
+    transaction. The schema objects are verified before any statement that could
+    fire a trigger; an upgrade is verified before it commits.
 
     Raises:
         NotADatabase, NotAFlowdropDatabase, SchemaTooNew
     """
-    application_id, version, objects = _header(conn)
+    application_id, version, objects = _header(conn, where)
     if application_id == APPLICATION_ID and version == SCHEMA_VERSION:
+        verify_schema(objects, where)
         return
-    _check_recognised(application_id, version, objects, where)
+    _check_recognised(application_id, version, len(objects), where, create)
     conn.execute("BEGIN IMMEDIATE")
     try:
         # Another process may have created or upgraded the file meanwhile.
-        application_id, version, objects = _header(conn)
-        _check_recognised(application_id, version, objects, where)
-        if objects == 0:
+        application_id, version, objects = _header(conn, where)
+        _check_recognised(application_id, version, len(objects), where, create)
+        if not objects:
             for statement in statements(schema_sql()):
                 conn.execute(statement)
         else:
+            # A step's statements touch only objects it recreates (MIGRATIONS), so
+            # an object someone added is refused here, before the upgrade commits.
             while version < SCHEMA_VERSION:
                 MIGRATIONS[version](conn)
                 version += 1
                 conn.execute(f"PRAGMA user_version = {version:d}")
+            verify_schema(conn.execute(_MASTER).fetchall(), where)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -174,8 +193,15 @@ def prepare(conn: sqlite3.Connection, where: str) -> None:
         raise
 
 
-def _check_recognised(application_id: int, version: int, objects: int, where: str) -> None:
+def _check_recognised(
+    application_id: int, version: int, objects: int, where: str, create: bool
+) -> None:
     if application_id == 0 and version == 0 and objects == 0:
+        if not create:
+            raise NotAFlowdropDatabase(
+                f"{where} is an empty database, not a flowdrop_local one yet "
+                "(create=False: not creating its schema)"
+            )
         return  # an empty database: ours to create
     if application_id != APPLICATION_ID:
         raise NotAFlowdropDatabase(
@@ -189,3 +215,153 @@ def _check_recognised(application_id: int, version: int, objects: int, where: st
         )
     if version < 1 or any(v not in MIGRATIONS for v in range(version, SCHEMA_VERSION)):
         raise NotAFlowdropDatabase(f"{where} has unknown flowdrop_local schema version {version}")
+
+
+# ------------------------------------------------------------ schema verification
+# The expected objects are what schema.sql makes in a private in-memory database,
+# computed once per process. SQLite keeps each CREATE statement's text as written,
+# so a sound file matches it byte for byte (an upgraded file too: schema.sql keeps
+# the version-1 text of what the upgrade does not recreate); whitespace and
+# comments are ignored only when the bytes differ.
+
+# One SQL token: whitespace or a comment, a string, a quoted identifier, a word, or
+# any other character.
+_TOKEN = re.compile(
+    r"""(?P<space>\s+|--[^\n]*|/\*.*?(?:\*/|\Z))
+    |(?P<string>'(?:[^']|'')*')
+    |(?P<quoted>"(?:[^"]|"")*"|`(?:[^`]|``)*`|\[[^\]]*\])
+    |(?P<word>[\w$\x80-\U0010ffff]+)
+    |(?P<other>.)""",
+    re.VERBOSE | re.DOTALL,
+)
+
+
+def sql_tokens(sql: str) -> tuple[str, ...]:
+    """The tokens of ``sql`` without whitespace and comments: equal for equal statements."""
+    return tuple(m.group() for m in _TOKEN.finditer(sql) if m.lastgroup != "space")
+
+
+def _mentioned_names(sql: str) -> set[str]:
+    """Every name ``sql`` could mean, lower-cased: words, quoted identifiers and strings.
+
+    Strings count because SQLite takes a string where it expects a table name
+    (``FROM 'messages'``).
+    """
+    names = set()
+    for m in _TOKEN.finditer(sql):
+        token = m.group()
+        if m.lastgroup == "word":
+            names.add(token.lower())
+        elif m.lastgroup in ("string", "quoted"):
+            quote = token[0]
+            names.add(token[1:-1].replace(quote * 2, quote).lower())
+    return names
+
+
+def _referenced_tables(sql: str) -> set[str]:
+    """The tables a CREATE TABLE's foreign keys name (``REFERENCES t``), lower-cased."""
+    tokens = [m for m in _TOKEN.finditer(sql) if m.lastgroup != "space"]
+    found = set()
+    for i, m in enumerate(tokens[:-1]):
+        if m.group().lower() == "references":
+            target = tokens[i + 1]
+            quoted = target.lastgroup in ("string", "quoted")
+            found.add((target.group()[1:-1] if quoted else target.group()).lower())
+    return found
+
+
+@cache
+def _expected() -> dict[tuple[str, str], tuple[str, str | None, tuple[str, ...] | None]]:
+    """(type, lower-case name) -> (lower-case table, SQL, its tokens), from schema.sql."""
+    return {
+        (type_, name.lower()): (table.lower(), sql, None if sql is None else sql_tokens(sql))
+        for type_, name, table, sql in sorted(_expected_rows(), key=lambda row: row[1])
+    }
+
+
+@cache
+def _expected_rows() -> frozenset[MasterRow]:
+    """The sqlite_master rows schema.sql makes, exactly."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for statement in statements(schema_sql()):
+            conn.execute(statement)
+        return frozenset(conn.execute(_MASTER).fetchall())
+    finally:
+        conn.close()
+
+
+@cache
+def _our_tables() -> frozenset[str]:
+    return frozenset(name for type_, name in _expected() if type_ == "table")
+
+
+def _names_ours(type_: str, name: str, table: str, sql: str | None) -> set[str]:
+    """Which of our tables an object that is not ours names (empty: it cannot run inside ours).
+
+    An index or trigger is attached to its table; a trigger's or view's body, or a
+    virtual table's arguments, may name any table; an ordinary table can name
+    another only through a foreign key, whose actions run inside our deletes.
+    """
+    ours = _our_tables()
+    named = {name.lower(), table.lower()} & ours
+    if sql is None:
+        return named
+    tokens = sql_tokens(sql)
+    virtual = len(tokens) > 1 and tokens[1].lower() == "virtual"
+    if type_ in ("trigger", "view") or virtual:
+        return named | (_mentioned_names(sql) & ours)
+    if type_ == "table":
+        return named | (_referenced_tables(sql) & ours)
+    return named
+
+
+def schema_problems(objects: list[MasterRow]) -> list[tuple[str, str]]:
+    """(object, problem) for each schema object that is missing, changed, or not ours on ours.
+
+    Allowed beside ours: anything that names none of our tables (SQLite's
+    ``sqlite_stat*`` tables, the user's own tables, and their indexes, triggers
+    and views).
+    """
+    if len(objects) == len(_expected_rows()) and frozenset(objects) == _expected_rows():
+        return []  # byte for byte what schema.sql makes: the common case, kept cheap
+    expected = _expected()
+    problems: list[tuple[str, str]] = []
+    seen = set()
+    for type_, name, table, sql in objects:
+        key = (type_, name.lower())
+        want = expected.get(key)
+        label = f"{type_} {name}"
+        if want is not None:
+            seen.add(key)
+            want_table, want_sql, want_tokens = want
+            changed = sql != want_sql and (
+                sql is None or want_sql is None or sql_tokens(sql) != want_tokens
+            )
+            if table.lower() != want_table or changed:
+                problems.append((label, f"{label} is not the one flowdrop_local makes"))
+            continue
+        named = _names_ours(type_, name, table, sql)
+        if named:
+            tables = ("table " if len(named) == 1 else "tables ") + ", ".join(sorted(named))
+            problems.append((label, f"{label} is not flowdrop_local's and names its {tables}"))
+    missing = [key for key in expected if key not in seen]
+    if len(missing) == len(expected):
+        return [("schema", "none of flowdrop_local's tables, indexes and triggers are there")]
+    problems += [(f"{t} {n}", f"{t} {n} is missing") for t, n in missing]
+    return problems
+
+
+def verify_schema(objects: list[MasterRow], where: str) -> None:
+    """Refuse a file whose schema objects are not exactly ours (see :func:`schema_problems`).
+
+    Raises:
+        NotAFlowdropDatabase: naming the objects (the first three, and how many more).
+    """
+    problems = schema_problems(objects)
+    if problems:
+        shown = "; ".join(problem for _, problem in problems[:3])
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        raise NotAFlowdropDatabase(
+            f"{where} has a schema flowdrop_local did not make: {shown}{more}"
+        )

@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from ._schema import schema_problems
 from .positions import is_valid_key
 from .rules.pairing import PLACEHOLDER_CONTENT, declared_call_ids, placeholder_metadata
 
@@ -59,6 +60,9 @@ def check_database(conn: sqlite3.Connection) -> list[Violation]:
     as an ``integrity_check`` finding and the rest still run.
     """
     violations: list[Violation] = []
+    schema = _check_schema(conn)
+    if schema:
+        return schema  # reading on could run the foreign objects' SQL
     try:
         for (row,) in conn.execute("PRAGMA integrity_check"):
             if row != "ok":
@@ -155,6 +159,16 @@ def _buffer_name(conn: sqlite3.Connection, buffer_id: object) -> str:
         "SELECT scope, scope_id, key FROM buffers WHERE id = ?", (buffer_id,)
     ).fetchone()
     return f"#{buffer_id} (missing)" if found is None else "/".join(found)
+def _check_schema(conn: sqlite3.Connection) -> list[Violation]:
+    """Schema objects that are not exactly ours (``_schema.schema_problems``), checked first.
+
+    Opening refuses such a file; this catches what was added later (``store.db``).
+    """
+    try:
+        objects = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    except sqlite3.DatabaseError:
+        return []  # unreadable: integrity_check reports it
+    return [Violation("schema", problem) for _, problem in schema_problems(objects)]
 
 
 def _check_buffer(

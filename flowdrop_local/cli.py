@@ -24,6 +24,7 @@ from ._cli_common import (
     echo_history,
     parse_json,
 )
+from ._files import remove_database
 from ._terminal import visible
 from .buffer import Buffer
 from .check import Violation, as_dicts
@@ -38,10 +39,21 @@ DEFAULT_DB = "flowdrop.db"
 log = logging.getLogger("flowdrop_local")
 
 
+# Only these commands may create the database; the others refuse a missing file.
+_CREATING = frozenset({"append", "demo", "import"})
+
+
 @contextmanager
 def _open(ctx: click.Context) -> Iterator[Store]:
-    with Store(ctx.obj["db"]) as store:
-        yield store
+    """The store for the command; a command that fails removes a file it created."""
+    store: Store | None = None
+    try:
+        with Store(ctx.obj["db"], create=ctx.info_name in _CREATING) as store:
+            yield store
+    except BaseException:
+        if store is not None and store.created:
+            remove_database(store.path)
+        raise
 
 
 @click.group(cls=FlowdropGroup)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from ._cli_common import LIMIT, BadInput, FlowdropGroup, dump, echo_history, parse_json
+from ._files import remove_database
 from ._terminal import visible
 from .access import Principal
 from .model import converter
@@ -38,9 +39,18 @@ def _principal_options(command: F) -> F:
 
 @contextmanager
 def _api(ctx: click.Context, as_user: str | None, admin: bool) -> Iterator[Sessions]:
-    """The sessions API as the principal (the group turns its errors into one line)."""
-    with Store(ctx.obj["db"]) as store:
-        yield store.sessions(Principal(as_user, admin=admin))
+    """The sessions API as the principal (the group turns its errors into one line).
+
+    Only ``create`` may create the database, and it removes the file it created if it fails.
+    """
+    store: Store | None = None
+    try:
+        with Store(ctx.obj["db"], create=ctx.info_name == "create") as store:
+            yield store.sessions(Principal(as_user, admin=admin))
+    except BaseException:
+        if store is not None and store.created:
+            remove_database(store.path)
+        raise
 
 
 def _session_dict(session: Session) -> dict[str, Any]:

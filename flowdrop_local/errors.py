@@ -41,6 +41,10 @@ class NotADatabase(FlowdropError, ValueError):
     """The file is not an SQLite database, or it is truncated or corrupt."""
 
 
+class DatabaseNotFound(FlowdropError, FileNotFoundError):
+    """The database file (opened with ``create=False``) or the folder for a new file is missing."""
+
+
 class NotAFlowdropDatabase(FlowdropError, ValueError):
     """The file is an SQLite database written by something other than flowdrop_local."""
 

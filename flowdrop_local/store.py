@@ -16,7 +16,7 @@ from typing import Any
 
 import sqlite_utils
 
-from . import memory
+from . import _files, memory
 from .access import (
     AccessHook,
     ExecutionContext,
@@ -50,6 +50,8 @@ class Store:
         lock_warning_after: seconds an append waits for another writer before a
             warning is logged; it then goes on waiting (MEM-12: never fatal).
         read_only: SQLite only: open the file for reading.
+        create: when false, a missing file (or an empty one) is refused instead of
+            created: for callers that only read. The file is created mode 0600.
 
     Raises:
         NotADatabase, NotAFlowdropDatabase, SchemaTooNew: the database is not one
@@ -78,6 +80,9 @@ class Store:
             create=create,
         )
         self.path = self._backend.where
+        # Whether this store created its SQLite file (a caller whose work then fails
+        # may remove it); always False on PostgreSQL.
+        self.created: bool = getattr(self._backend, "created", False)
         self.durability = self._backend.durability
         self.read_only = self._backend.read_only
         self.lock_warning_after = lock_warning_after
@@ -123,15 +128,13 @@ class Store:
         Uses SQLite's online backup API in one step, so the copy is one snapshot.
 
         Raises:
-            BackupTargetExists (a FileExistsError): ``path`` exists; not overwritten.
+            BackupTargetExists (a FileExistsError): something is at ``path``; untouched.
+            DatabaseNotFound: the folder of ``path`` does not exist.
+            InvalidArgument: ``path`` is not a text path.
             UnsupportedOperation: on PostgreSQL (use ``pg_dump``, or
                 ``flowdrop-local copy`` to a SQLite file).
         """
-        if not isinstance(path, str | os.PathLike):
-            raise InvalidArgument(
-                f"a backup path must be a str or PathLike, not {type(path).__name__}"
-            )
-        self._backend.backup(os.fspath(path))
+        self._backend.backup(_files.checked_path(path, "the backup target"))
 
     def export(self, address: tuple[str, str, str] | None = None) -> Iterator[dict[str, Any]]:
         """Export records (see :mod:`.portability`) of every buffer, or of one."""

@@ -11,9 +11,12 @@ import pytest
 from click.testing import CliRunner
 
 from flowdrop_local import Store
+from flowdrop_local._schema import schema_sql, statements
 from flowdrop_local.cli import cli
 
 FIXED_ID = "f" * 36
+# Put back after the tampering it let through: a file missing it does not open.
+MEM3_TRIGGER = next(s for s in statements(schema_sql()) if "messages_user_needs_answered" in s)
 
 
 def _healthy(path: Path) -> None:
@@ -62,6 +65,7 @@ TAMPERING: list[tuple[str, Callable[[Path], None], str]] = [
             f"('{FIXED_ID}', 1, 'b0', 'assistant', '', '{{\"tool_calls\":[{{\"id\":\"c9\"}}]}}')",
             "INSERT INTO messages (id, buffer_id, position, role, content) VALUES "
             "('" + "e" * 36 + "', 1, 'b1', 'user', 'bypassed the guard')",
+            MEM3_TRIGGER,
         ),
         "user turn after unanswered call 'c9'",
     ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -11,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from flowdrop_local import Store
+from flowdrop_local import NotAFlowdropDatabase, Principal, Store, _schema
 from flowdrop_local._schema import APPLICATION_ID, SCHEMA_VERSION, schema_sql
+
+from .conftest import snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -149,3 +152,179 @@ def test_foreign_keys_are_enforced(file_store: Store) -> None:
             "VALUES (?, 99, 'a0', 'system', 'y')",
             ("3" * 36,),
         )
+
+
+# ------------------------------------------------ schema verification on open (issue 10 A1)
+
+SESSION_ID = "0" * 8 + "-0000-7000-8000-" + "0" * 12
+
+# (what someone added or changed, the SQL, words the refusal names)
+FOREIGN_OBJECTS = [
+    (
+        "trigger granting a viewer",
+        "CREATE TRIGGER mallory AFTER INSERT ON sessions BEGIN "
+        "INSERT INTO session_viewers (session_id, user_id) VALUES (NEW.id, 'mallory'); END",
+        "trigger mallory",
+    ),
+    (
+        "trigger copying messages",
+        "CREATE TABLE loot (body TEXT); CREATE TRIGGER copy AFTER INSERT ON messages "
+        "BEGIN INSERT INTO loot VALUES (NEW.content); END",
+        "trigger copy",
+    ),
+    (
+        "trigger stalling appends",
+        "CREATE TRIGGER stall BEFORE INSERT ON messages BEGIN SELECT count(*) FROM "
+        "(WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1e9) "
+        "SELECT i FROM n); END",
+        "trigger stall",
+    ),
+    (
+        "table replaced by a view",
+        "DROP TABLE session_viewers; "
+        "CREATE VIEW session_viewers AS "
+        "SELECT id AS session_id, 'mallory' AS user_id FROM sessions",
+        "view session_viewers",
+    ),
+    ("index on our table", "CREATE INDEX peek ON messages (content)", "index peek"),
+    (
+        "our trigger changed",
+        "DROP TRIGGER messages_place_is_fixed; CREATE TRIGGER messages_place_is_fixed "
+        "BEFORE UPDATE OF buffer_id ON messages BEGIN SELECT 1; END",
+        "trigger messages_place_is_fixed is not the one flowdrop_local makes",
+    ),
+    (
+        "our index dropped",
+        "DROP INDEX messages_tool_result",
+        "index messages_tool_result is missing",
+    ),
+    (
+        "our id and version, none of our tables",
+        "DROP TABLE session_viewers; DROP TABLE sessions; DROP TABLE memory; "
+        "DROP TABLE tool_calls; DROP TABLE messages; DROP TABLE buffers",
+        "none of flowdrop_local's tables",
+    ),
+    (
+        "trigger on the user's table writing ours",
+        "CREATE TABLE notes (body TEXT); CREATE TRIGGER n AFTER INSERT ON notes "
+        "BEGIN INSERT INTO 'memory' (scope, scope_id, key, value) "
+        "VALUES ('global', '', 'k', 1); END",
+        "trigger n is not flowdrop_local's and names its table memory",
+    ),
+    (
+        "the user's table with a foreign key into ours",
+        "CREATE TABLE pins (message TEXT REFERENCES messages (id) ON DELETE RESTRICT)",
+        "table pins",
+    ),
+    (
+        "a view reading ours",
+        'CREATE VIEW everything AS SELECT * FROM "Messages"',
+        "view everything",
+    ),
+]
+
+
+def _tampered(path: Path, sql: str) -> None:
+    with Store(path) as store:
+        store.buffer("session", "s", "chat").append({"role": "user", "content": "secret"})
+    conn = sqlite3.connect(path)
+    conn.executescript(sql)
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("sql", "words"), [row[1:] for row in FOREIGN_OBJECTS], ids=[row[0] for row in FOREIGN_OBJECTS]
+)
+def test_a_schema_object_that_is_not_ours_is_refused_on_open(
+    db_path: Path, sql: str, words: str
+) -> None:
+    """Each added, changed or missing object: NotAFlowdropDatabase naming it; nothing runs."""
+    _tampered(db_path, sql)
+    before = snapshot(db_path)
+    with pytest.raises(NotAFlowdropDatabase, match=re.escape(words)):
+        Store(db_path).sessions(Principal("alice")).create("w")
+    with pytest.raises(NotAFlowdropDatabase, match=re.escape(words)):
+        Store(db_path, read_only=True)
+    assert snapshot(db_path) == before
+
+
+def test_a_trigger_added_after_opening_is_reported_by_check(file_store: Store) -> None:
+    """check() reports a trigger someone made through store.db; a new open refuses it."""
+    file_store.buffer("s", "", "k").append({"role": "user", "content": "x"})
+    assert file_store.check() == []
+    file_store.db.execute(
+        "CREATE TRIGGER mallory AFTER INSERT ON sessions BEGIN "
+        "INSERT INTO session_viewers (session_id, user_id) VALUES (NEW.id, 'mallory'); END"
+    )
+    violations = file_store.check()
+    assert [(v.check, v.detail) for v in violations] == [
+        (
+            "schema",
+            "trigger mallory is not flowdrop_local's and names its tables "
+            "session_viewers, sessions",
+        )
+    ]
+    with pytest.raises(NotAFlowdropDatabase, match="trigger mallory"):
+        Store(file_store.path)
+
+
+ALLOWED_OBJECTS = [
+    ("statistics from ANALYZE", "ANALYZE"),
+    ("statistics from PRAGMA optimize", "PRAGMA optimize"),
+    (
+        "the user's own table, index, trigger and view",
+        "CREATE TABLE notes (body TEXT, messages INTEGER); CREATE INDEX notes_body ON notes (body);"
+        "CREATE TABLE notes_log (body TEXT); CREATE TRIGGER notes_logged AFTER INSERT ON notes "
+        "BEGIN INSERT INTO notes_log VALUES (NEW.body); END; "
+        "CREATE VIEW short_notes AS SELECT body FROM notes WHERE length(body) < 10",
+    ),
+    (
+        "our trigger re-created with other whitespace and comments",
+        "DROP TRIGGER messages_place_is_fixed; CREATE TRIGGER messages_place_is_fixed\n"
+        "  BEFORE UPDATE OF buffer_id,position,role ON messages -- same, reformatted\n"
+        "BEGIN SELECT RAISE(ABORT, 'a message keeps its buffer, position and role'); END",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "sql", [r[1] for r in ALLOWED_OBJECTS], ids=[r[0] for r in ALLOWED_OBJECTS]
+)
+def test_objects_that_cannot_run_inside_ours_are_allowed(db_path: Path, sql: str) -> None:
+    """sqlite_stat tables, the user's own objects, and our SQL reformatted: opens, checks clean."""
+    _tampered(db_path, sql)
+    with Store(db_path) as store:
+        assert store.buffer("session", "s", "chat").read()[0]["content"] == "secret"
+        assert store.check() == []
+
+
+def test_a_version_1_file_with_a_foreign_trigger_is_refused_and_not_upgraded(
+    tmp_path: Path,
+) -> None:
+    """The upgrade is verified before it commits: the file stays version 1, unchanged."""
+    old = tmp_path / "v1.db"
+    shutil.copyfile(ROOT / "tests" / "fixtures" / "v1.db", old)
+    conn = sqlite3.connect(old)
+    conn.execute("CREATE TRIGGER spy AFTER UPDATE ON buffers BEGIN SELECT 1; END")
+    conn.close()
+    before = snapshot(old)
+    with pytest.raises(NotAFlowdropDatabase, match="trigger spy"):
+        Store(old)
+    assert snapshot(old) == before
+
+
+def test_the_expected_schema_is_computed_once_per_process(tmp_path: Path) -> None:
+    """Opening more stores does not apply schema.sql again (cold open stays cheap)."""
+    Store(tmp_path / "a.db").close()
+    before = _schema._expected_rows.cache_info()
+    for name in ("a.db", "b.db", "c.db"):
+        Store(tmp_path / name).close()
+    after = _schema._expected_rows.cache_info()
+    assert after.misses == before.misses and after.hits > before.hits
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="Connection.getconfig is Python 3.12+")
+def test_connections_are_defensive(file_store: Store) -> None:
+    """SQLITE_DBCONFIG_DEFENSIVE is on where Python exposes it."""
+    conn = file_store._connection()
+    assert conn.getconfig(sqlite3.SQLITE_DBCONFIG_DEFENSIVE)  # type: ignore[attr-defined]

@@ -12,7 +12,6 @@ else a SQLite path. The SQLite path never imports psycopg.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from .base import Backend, Durability
@@ -49,10 +48,11 @@ def open_backend(
             read_only=read_only,
             create=create,
         )
+    from .._files import checked_path
     from .sqlite import SqliteBackend
 
     return SqliteBackend(
-        os.fspath(target),
+        checked_path(target, "path"),
         durability=durability,
         lock_warning_after=lock_warning_after,
         read_only=read_only,

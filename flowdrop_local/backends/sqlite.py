@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .. import _files
 from .._schema import prepare
 from ..check import Violation, check_database
 from ..engine import BufferState
@@ -344,33 +345,46 @@ class SqliteBackend(Backend):
         self._changes = -1  # conn.total_changes when the tails were last right
         self._forked = False
         self._closed = True
-        conn = self._connect()
+        # Whether this backend created the file (a caller whose work then fails may
+        # remove it: _files.remove_database).
+        self.created = False
+        if path != ":memory:" and not self.read_only:
+            self.created = _files.open_or_create(path, create)
         try:
-            prepare(conn, path)
+            conn = self._connect()
+        except BaseException:
+            if self.created:
+                _files.remove_database(path)
+            raise
+        try:
+            prepare(conn, path, create=create)
             self._configure(conn)
-        except sqlite3.OperationalError as error:
+        except BaseException as error:
             conn.close()
+            if self.created:  # a failed open leaves no file behind that it made
+                _files.remove_database(path)
+            if not isinstance(error, sqlite3.OperationalError):
+                raise
             if "readonly" in str(error):
                 raise ReadOnlyStore(
                     f"{path} is read-only and needs its schema created or upgraded"
                 ) from None
             raise NotADatabase(f"cannot open {path}: {error}") from None
-        except BaseException:
-            conn.close()
-            raise
         self._conn = conn
         self._closed = False
         _LIVE.add(self)
 
     def _connect(self) -> sqlite3.Connection:
         def connect(target: str, uri: bool = False) -> sqlite3.Connection:
-            return sqlite3.connect(
+            conn = sqlite3.connect(
                 target,
                 isolation_level=None,
                 check_same_thread=False,
                 timeout=self.lock_warning_after,
                 uri=uri,
             )
+            _files.set_defensive(conn)
+            return conn
 
         if not self.read_only:
             try:
@@ -536,14 +550,31 @@ class SqliteBackend(Backend):
                 raise self._translated(error) from None
 
     def backup(self, path: str) -> None:
-        if os.path.exists(path):
-            raise BackupTargetExists(f"{path} exists; not overwriting it")
+        """The target is created exclusively, mode 0600, without following a link:
+        nothing already at ``path`` is written through or overwritten, and a failed
+        backup removes what it created."""
+        target_path = _files.checked_path(path, "the backup target")
+        _files.require_folder(target_path)
         try:
-            target = sqlite3.connect(path)
+            fd = _files.create_private(target_path)
+        except FileExistsError:
+            raise BackupTargetExists(f"{target_path} exists; not overwriting it") from None
+        except OSError as error:
+            raise FlowdropError(f"cannot back up to {target_path}: {error.strerror}") from None
+        try:
+            target = sqlite3.connect(target_path)
             try:
                 with self._lock:
                     self.connection().backup(target)
             finally:
                 target.close()
-        except sqlite3.DatabaseError as error:
-            raise FlowdropError(f"cannot back up to {path}: {error}") from None
+            # SQLite opened the path again: it must still be the file created above.
+            if not _files.same_file(fd, target_path):
+                raise FlowdropError(f"{target_path} was replaced while the backup was written")
+        except BaseException as error:
+            _files.remove_database(target_path, fd)
+            if isinstance(error, sqlite3.DatabaseError):
+                raise FlowdropError(f"cannot back up to {target_path}: {error}") from None
+            raise
+        finally:
+            os.close(fd)
