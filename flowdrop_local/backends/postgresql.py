@@ -371,14 +371,16 @@ class _PgTx(Tx):
         state, state_params = (_STATE_AT, address) if known_id is None else (_STATE, (known_id,))
         warn_after = self._backend.lock_warning_after
         fresh = self.fresh
-        self._send()  # queued writes (none on an append) go first
+        self.fresh = False
         cursor = self.cursor
-        if fresh:
-            cursor.execute(f"SET LOCAL lock_timeout = {int(warn_after * 1000)}")
+        queued, self._queued = self._queued, []
         try:
             with self.conn.pipeline():
+                for text, values, many in queued:  # none on an append
+                    (cursor.executemany if many else cursor.execute)(text, values)
+                if fresh:
+                    cursor.execute(f"SET LOCAL lock_timeout = {int(warn_after * 1000)}")
                 cursor.execute(lock, lock_params, prepare=True)
-                locked = cursor.fetchone() if fresh else None
                 cursor.execute(state, state_params, prepare=True)
         except pg_errors.LockNotAvailable:
             # Nothing else was done in this transaction: start it again and wait.
@@ -389,19 +391,24 @@ class _PgTx(Tx):
                 *address,
                 self._backend.where,
             )
-            cursor.execute(lock, lock_params)
-            locked = cursor.fetchone()
-            cursor.execute(state, state_params)
-        del locked
+            with self.conn.pipeline():
+                cursor.execute(lock, lock_params)
+                cursor.execute(state, state_params)
         return cursor.fetchone()
 
     def remember(self, state: BufferState) -> None:
         """PostgreSQL reads the state under the row lock each time: nothing to keep."""
 
     def commit(self) -> None:
-        if self._queued:
-            self._send()  # the queue and the COMMIT: one round trip in the pipeline
-        self.conn.commit()
+        """Send what is queued and the ``COMMIT`` in one pipeline: one round trip."""
+        queued, self._queued = self._queued, []
+        with self.conn.pipeline():
+            for text, values, many in queued:
+                if many:
+                    self.cursor.executemany(text, values)
+                else:
+                    self.cursor.execute(text, values, prepare=True)
+            self.conn.commit()
 
 
 class PostgresBackend(Backend):

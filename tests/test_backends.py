@@ -1,0 +1,208 @@
+"""The two backends speak the same statements and keep the same schema.
+
+The rules run once (``engine.py``) against named statements each backend defines
+in its own dialect; these tests hold the two definitions together, and check the
+PostgreSQL specifics the rules rely on: key order under ``COLLATE "C"`` and the
+MEM-3 backstop trigger.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+
+import pytest
+
+from flowdrop_local import Store
+from flowdrop_local._schema import schema_sql, statements
+from flowdrop_local.backends import is_postgresql_target
+from flowdrop_local.backends import postgresql as pg_backend
+from flowdrop_local.backends import sqlite as sqlite_backend
+from flowdrop_local.positions import key_between
+
+# Differences the PostgreSQL schema declares on purpose (its header says why).
+ONLY_IN_POSTGRESQL = {"flowdrop_meta"}
+
+
+def test_both_backends_define_the_same_statements() -> None:
+    """Every named statement the engine or a handle may ask for exists in both dialects."""
+    assert set(sqlite_backend.SQL) == set(pg_backend.SQL)
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("postgresql://u@h/db", True),
+        ("postgres://u@h/db", True),
+        ("host=h dbname=db", False),  # a libpq key=value string is a valid file name
+        ("chat.db", False),
+        (":memory:", False),
+    ],
+)
+def test_the_backend_is_picked_from_the_target(target: str, expected: bool) -> None:
+    """URLs select PostgreSQL; anything else is a SQLite path."""
+    assert is_postgresql_target(target) is expected
+
+
+def test_a_password_never_appears_in_the_name_of_the_database() -> None:
+    """Errors and repr use the URL without its password."""
+    assert pg_backend.redact("postgresql://app:s3cret@db/chat") == "postgresql://app:***@db/chat"
+
+
+@pytest.fixture
+def pg_conn(postgresql_url: str) -> Iterator[object]:
+    import psycopg
+
+    Store(postgresql_url).close()  # creates the schema
+    with psycopg.connect(postgresql_url, autocommit=True) as conn:
+        yield conn
+
+
+def _sqlite_columns() -> dict[str, list[str]]:
+    conn = sqlite3.connect(":memory:")
+    for statement in statements(schema_sql()):
+        conn.execute(statement)
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return {t: [r[1] for r in conn.execute(f"PRAGMA table_xinfo({t})")] for t in tables}
+
+
+def test_both_schemas_declare_the_same_tables_and_columns(pg_conn: object) -> None:
+    """Same tables, same columns in the same order, except the listed differences."""
+    import psycopg
+
+    assert isinstance(pg_conn, psycopg.Connection)
+    rows = pg_conn.execute(
+        "SELECT table_name, column_name FROM information_schema.columns "
+        "WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position"
+    ).fetchall()
+    pg_columns: dict[str, list[str]] = {}
+    for table, column in rows:
+        pg_columns.setdefault(table, []).append(column)
+    for table in ONLY_IN_POSTGRESQL:
+        pg_columns.pop(table)
+    assert pg_columns == _sqlite_columns()
+
+
+def test_both_schemas_declare_the_same_checks_per_table(pg_conn: object) -> None:
+    """Every table carries CHECK constraints on both sides where SQLite has them."""
+    import psycopg
+
+    assert isinstance(pg_conn, psycopg.Connection)
+    checked = {
+        row[0]
+        for row in pg_conn.execute(
+            "SELECT c.relname FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid "
+            "WHERE k.contype = 'c' AND c.relnamespace = current_schema()::regnamespace"
+        )
+    }
+    sqlite_checked = {
+        table
+        for statement in statements(schema_sql())
+        if statement.upper().startswith("CREATE TABLE") and "CHECK" in statement.upper()
+        for table in [statement.split()[2]]
+    }
+    # buffers: SQLite backs the identity-scope rule with a trigger (the table predates
+    # it), PostgreSQL with a CHECK.
+    assert checked == sqlite_checked | {"buffers"}
+
+
+KEYS = ["a0", "a1", "aZ", "az", "b00", "b0A", "b0a", "Zz", "a0V", "a0a", "A", "z"]
+
+
+def test_positions_order_as_sqlite_binary_does(store: Store) -> None:
+    """Keys that differ in case and length come back in byte order on both backends."""
+    buffer = store.buffer("s", "", "order")
+    keys = sorted(k for k in KEYS if len(k) >= 2)
+    records = [
+        {"scope": "s", "scope_id": "", "key": "order", "position": k, "role": "user", "content": k}
+        for k in reversed(keys)
+    ]
+    store.import_records(records)
+    assert [m.position for m in buffer.messages()] == sorted(keys, key=lambda k: k.encode())
+    assert [m["content"] for m in buffer.read(limit=3)] == keys[-3:]
+
+
+def test_generated_keys_keep_their_order_on_both_backends(store: Store) -> None:
+    """500 appends and a heal between two rows read back in position order."""
+    buffer = store.buffer("s", "", "k")
+    for i in range(0, 500, 50):
+        buffer.append([{"role": "user", "content": str(j)} for j in range(i, i + 50)])
+    positions = [m.position for m in buffer.messages()]
+    assert positions == sorted(positions) and len(set(positions)) == 500
+    assert key_between(positions[-1], None) > positions[-1]
+
+
+def test_postgresql_backstop_rejects_a_raw_user_insert_over_an_unanswered_call(
+    postgresql_url: str,
+) -> None:
+    """MEM-3's trigger exists on PostgreSQL too: a writer bypassing the library is stopped."""
+    import psycopg
+
+    with Store(postgresql_url) as store:
+        store.buffer("s", "", "k").append({"role": "assistant", "tool_calls": [{"id": "c1"}]})
+    with psycopg.connect(postgresql_url) as conn:
+        buffer_id = conn.execute("SELECT id FROM buffers").fetchone()[0]  # type: ignore[index]
+        with pytest.raises(psycopg.errors.IntegrityConstraintViolation, match="MEM-3"):
+            conn.execute(
+                "INSERT INTO messages (id, buffer_id, position, role, content) "
+                "VALUES (%s, %s, 'b0', 'user', 'raw')",
+                ("0" * 36, buffer_id),
+            )
+
+
+def test_file_only_operations_say_what_to_use_instead(postgresql_url: str) -> None:
+    """backup, vacuum, durability= and read_only= are typed errors on PostgreSQL."""
+    from flowdrop_local import UnsupportedOperation
+
+    with Store(postgresql_url) as store:
+        with pytest.raises(UnsupportedOperation, match="pg_dump"):
+            store.backup("copy.db")
+        with pytest.raises(UnsupportedOperation, match="autovacuum"):
+            store.vacuum()
+        with pytest.raises(UnsupportedOperation, match="SQLite"):
+            _ = store.db
+    with pytest.raises(UnsupportedOperation, match="synchronous_commit"):
+        Store(postgresql_url, durability="full")
+    with pytest.raises(UnsupportedOperation, match="SELECT"):
+        Store(postgresql_url, read_only=True)
+
+
+def test_a_foreign_postgresql_database_is_refused(postgresql_url: str) -> None:
+    """Tables named like ours without our marker: NotAFlowdropDatabase, nothing written."""
+    import psycopg
+
+    from flowdrop_local import NotAFlowdropDatabase, SchemaTooNew
+
+    with psycopg.connect(postgresql_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE messages (id int)")
+    with pytest.raises(NotAFlowdropDatabase, match="messages"):
+        Store(postgresql_url)
+    with psycopg.connect(postgresql_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE messages")
+    Store(postgresql_url).close()
+    with psycopg.connect(postgresql_url, autocommit=True) as conn:
+        conn.execute("UPDATE flowdrop_meta SET value = '99' WHERE name = 'schema_version'")
+    with pytest.raises(SchemaTooNew):
+        Store(postgresql_url)
+
+
+def test_appends_to_one_postgresql_buffer_from_threads_lose_nothing(postgresql_url: str) -> None:
+    """8 threads share one Store (a pool): every turn is there, every call answered once."""
+    import threading
+
+    with Store(postgresql_url) as store:
+        def work(n: int) -> None:
+            buffer = store.buffer("s", "", "shared")
+            for i in range(25):
+                buffer.append({"role": "assistant", "tool_calls": [{"id": f"t{n}-{i}"}]})
+                buffer.append({"role": "user", "content": f"{n}-{i}"})
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        rows = store.buffer("s", "", "shared").read()
+        assert sum(r["role"] == "user" for r in rows) == 200
+        assert sum(r["metadata"].get("healed") is True for r in rows) == 200
+        assert store.check() == []
