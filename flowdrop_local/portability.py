@@ -6,24 +6,54 @@ order::
     {"scope": ..., "scope_id": ..., "key": ..., "id": ..., "position": ...,
      "role": ..., "content": ..., "metadata": {...}, "created_at": ...}
 
-Import validates every line before it writes anything, then writes all buffers in
-one transaction through the append path, so an imported history obeys the buffer
-rules exactly as if it had been appended message by message: a user turn that
-follows an unanswered call (a history written by another tool) is healed, and
-duplicates are dropped. Ids, positions and timestamps are kept when given.
+Export streams: on a file it reads one snapshot through a read transaction on a
+connection of its own, ``_EXPORT_CHUNK`` rows at a time, so memory stays flat and
+the store's writers go on while the caller iterates (WAL). A ``":memory:"``
+store has no file a second connection could open: its export reads every row
+first, then yields them.
+
+Import reads its input once, in order (stdin cannot be read twice), and writes
+in one transaction through the append path, so an imported history obeys the
+buffer rules exactly as if it had been appended message by message: a user turn
+that follows an unanswered call (a history written by another tool) is healed,
+and duplicates are dropped. A bad line anywhere rolls the whole transaction
+back: nothing is written. Memory is bounded: lines are validated and appended a
+chunk at a time (``_CHUNK`` messages or ``_CHUNK_CHARS`` characters), and a line
+longer than :data:`MAX_LINE_CHARS` is refused before it is parsed. What is kept
+per buffer (its address, first line, last position) grows with the number of
+buffers, not of messages.
+
+A buffer's lines normally come in one run, in position order, as export writes
+them. They may also come in several runs (lines of other buffers in between):
+each run continues the buffer where the last one stopped, exactly as if the
+lines had been consecutive. Positions must increase through all of a buffer's
+lines; a line whose position is not above the previous one of its buffer is
+refused.
+
+Ids, positions and timestamps are kept when given. A position is kept exactly
+when it is an ordinary key: well formed, at most :data:`MAX_POSITION_LENGTH`
+characters, with room after it (the key an append would put next is no longer),
+and above the position kept before it. Any other position is re-keyed, in
+order, between its neighbours: a copy between two stores keeps every position,
+and a hostile file (``"z" * 27``, the largest key, after which every append
+would lengthen its key) cannot make later keys grow.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
+import sys
+import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from .buffer import Placement, new_message_id
-from .errors import FlowdropError, InvalidAddress, InvalidImport, InvalidMessage
-from .positions import is_valid_key
+from .buffer import Buffer, Placement, new_message_id
+from .errors import FlowdropError, InvalidAddress, InvalidImport, InvalidMessage, NotADatabase
+from .positions import is_valid_key, key_between, keys_between
 from .rules.incoming import Incoming, normalize
 
 if TYPE_CHECKING:
@@ -39,7 +69,25 @@ _EXPORT_ONE = (
     "m.metadata, m.created_at FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
     "WHERE b.scope = ? AND b.scope_id = ? AND b.key = ? ORDER BY m.position"
 )
+_USED_IDS = (
+    "SELECT m.id, m.buffer_id, b.scope, b.scope_id, b.key FROM messages AS m "
+    "JOIN buffers AS b ON b.id = m.buffer_id WHERE m.id IN (SELECT value FROM json_each(?))"
+)
+_MESSAGE_COUNT = "SELECT message_count FROM buffers WHERE id = ?"
 _ADDRESS = ("scope", "scope_id", "key")
+_NOT_MESSAGE = (*_ADDRESS, "id", "position", "created_at")
+
+MAX_POSITION_LENGTH: Final = 16
+"""The longest position an import keeps; a longer one is re-keyed.
+
+The store's own keys stay far below it: 1,000,000 appends reach 5 characters
+(``benchmarks/keys.py``), and an integer part of 16 characters takes 62**14 appends.
+"""
+MAX_LINE_CHARS: Final = 32 * 1024 * 1024
+"""The longest import line (characters, without its newline): Anthropic's request limit."""
+_CHUNK: Final = 1000  # messages appended per call to Buffer._append
+_CHUNK_CHARS: Final = 8 * 1024 * 1024  # ... or fewer, once they hold this much text
+_EXPORT_CHUNK: Final = 500  # rows fetched at a time
 
 
 @attrs.frozen
@@ -53,177 +101,446 @@ class ImportReport:
     replaced_buffers: int = 0
 
 
+# ------------------------------------------------------------------------ export
+
+
 def export_records(
     store: Store, address: tuple[str, str, str] | None = None
 ) -> Iterator[dict[str, Any]]:
     """Every message (or one buffer's), as export records, in buffer and position order.
 
-    One statement, so the export is a consistent snapshot; the rows are read
-    before the first is yielded, so the store is free while the caller iterates.
+    One snapshot, read as the caller iterates (see the module docstring).
+
+    Raises:
+        InvalidAddress: ``address`` is not ``None`` or three strings (at once).
+        NotADatabase: a row is damaged (invalid JSON); the error names it.
     """
+    if address is not None and (
+        not isinstance(address, tuple | list)
+        or len(address) != 3
+        or not all(isinstance(part, str) for part in address)
+    ):
+        raise InvalidAddress(
+            "an export address is None or (scope, scope_id, key), three strings; "
+            f"got a {type(address).__name__}"
+            + (f" of {len(address)}" if isinstance(address, tuple | list) else "")
+        )
+    query, parameters = (_EXPORT_ALL, ()) if address is None else (_EXPORT_ONE, tuple(address))
+    if store.path in (":memory:", ""):
+        return _export_in_memory(store, query, parameters)
+    return _export_snapshot(store, query, parameters)
+
+
+def _export_in_memory(
+    store: Store, query: str, parameters: tuple[str, ...]
+) -> Iterator[dict[str, Any]]:
+    # One statement is one snapshot; read whole so the store is free while the caller iterates.
     with store._read() as conn:
-        rows = conn.execute(
-            _EXPORT_ALL if address is None else _EXPORT_ONE, address or ()
-        ).fetchall()
-    # Read whole (one statement is one snapshot), then yield without holding the store.
-    for scope, scope_id, key, id_, position, role, content, parts, metadata, created in rows:
-        yield {
-            "scope": scope,
-            "scope_id": scope_id,
-            "key": key,
-            "id": id_,
-            "position": position,
-            "role": role,
-            "content": json.loads(content) if parts else content,
-            "metadata": json.loads(metadata),
-            "created_at": created,
-        }
+        rows = conn.execute(query, parameters).fetchall()
+    for row in rows:
+        yield _record(store, row)
 
 
-def parse_lines(lines: Iterable[str]) -> list[tuple[int, Mapping[str, Any]]]:
-    """JSON Lines into ``(line number, record)``; blank lines are skipped."""
-    records: list[tuple[int, Mapping[str, Any]]] = []
-    for number, line in enumerate(lines, start=1):
+def _export_snapshot(
+    store: Store, query: str, parameters: tuple[str, ...]
+) -> Iterator[dict[str, Any]]:
+    store._connection()  # StoreClosed, as every other read
+    conn = _reader(store)
+    try:
+        try:
+            conn.execute("BEGIN")  # the first read below fixes the snapshot
+            cursor = conn.execute(query, parameters)
+        except sqlite3.OperationalError:
+            if not store.read_only:
+                raise
+            # A WAL file in a read-only folder (no -shm can be made): read it as
+            # the store does, as a snapshot no one is writing.
+            conn.close()
+            conn = _reader(store, immutable=True)
+            cursor = conn.execute(query, parameters)
+        while rows := cursor.fetchmany(_EXPORT_CHUNK):
+            for row in rows:
+                yield _record(store, row)
+    except sqlite3.DatabaseError as error:
+        raise store._translated(error) from None
+    finally:
+        conn.close()  # also when the caller closes the generator or drops it
+
+
+def _reader(store: Store, *, immutable: bool = False) -> sqlite3.Connection:
+    """A read-only connection of the export's own to the store's file."""
+    uri = "file:" + urllib.parse.quote(os.path.abspath(store.path))
+    try:
+        return sqlite3.connect(
+            uri + ("?immutable=1" if immutable else "?mode=ro"),
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,  # a dropped generator may be finalised on any thread
+            timeout=store.lock_warning_after,
+        )
+    except sqlite3.Error as error:
+        raise NotADatabase(f"cannot open {store.path}: {error}") from None
+
+
+def _record(store: Store, row: tuple[Any, ...]) -> dict[str, Any]:
+    scope, scope_id, key, id_, position, role, content, parts, metadata, created = row
+    try:
+        decoded_content = json.loads(content) if parts else content
+        decoded_metadata = json.loads(metadata)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError is a ValueError
+        raise NotADatabase(
+            f"{store.path} is damaged: message {id_} of buffer {scope}/{scope_id}/{key} "
+            f"does not hold valid JSON ({type(error).__name__}: {error})"
+        ) from None
+    return {
+        "scope": scope,
+        "scope_id": scope_id,
+        "key": key,
+        "id": id_,
+        "position": position,
+        "role": role,
+        "content": decoded_content,
+        "metadata": decoded_metadata,
+        "created_at": created,
+    }
+
+
+# ------------------------------------------------------------------------ import
+
+
+def number_records(records: Iterable[object]) -> Iterator[tuple[int, object]]:
+    """``(number, record)`` from 1, for :func:`import_records`; refuses a non-iterable."""
+    if isinstance(records, str | bytes | Mapping) or not isinstance(records, Iterable):
+        raise InvalidImport(
+            None, f"records must be an iterable of mappings, not {type(records).__name__}"
+        )
+    return enumerate(records, start=1)
+
+
+def parse_lines(lines: Iterable[str]) -> Iterator[tuple[int, object]]:
+    """JSON Lines into ``(line number, record)``, read once and lazily; blank lines skipped.
+
+    A file (anything with ``readline``) is read ``MAX_LINE_CHARS`` at a time, so
+    an overlong line is refused without holding it whole.
+    """
+    if isinstance(lines, str | bytes) or not isinstance(lines, Iterable):
+        raise InvalidImport(
+            None,
+            f"lines must be an iterable of strings (a file, or text.splitlines()), "
+            f"not {type(lines).__name__}",
+        )
+    return _parsed(lines)
+
+
+def _file_lines(file: Any) -> Iterator[object]:
+    while line := file.readline(MAX_LINE_CHARS + 1):
+        yield line
+
+
+def _parsed(lines: Iterable[object]) -> Iterator[tuple[int, object]]:
+    source = _file_lines(lines) if callable(getattr(lines, "readline", None)) else iter(lines)
+    number = 0
+    while True:
+        number += 1
+        try:
+            line = next(source)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as error:
+            raise InvalidImport(
+                None, f"not UTF-8 text (at line {number} or a little after it): {error}"
+            ) from None
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise InvalidImport(number, f"not UTF-8 text: {error}") from None
+        if not isinstance(line, str):
+            raise InvalidImport(number, f"a line must be a string, not {type(line).__name__}")
+        if len(line) > MAX_LINE_CHARS and len(line.rstrip("\r\n")) > MAX_LINE_CHARS:
+            raise InvalidImport(
+                number, f"the line is longer than {MAX_LINE_CHARS:,} characters (the limit)"
+            )
         if not line.strip():
             continue
         try:
             record = json.loads(line)
+        except RecursionError:
+            raise InvalidImport(number, "not valid JSON: nested too deeply") from None
         except json.JSONDecodeError as error:
             raise InvalidImport(number, f"not valid JSON: {error}") from None
+        except ValueError:  # an integer longer than Python converts
+            raise InvalidImport(
+                number,
+                f"not valid JSON here: a number has more than "
+                f"{sys.get_int_max_str_digits():,} digits",
+            ) from None
         if not isinstance(record, dict):
             raise InvalidImport(number, "a line must be a JSON object")
-        records.append((number, record))
-    return records
+        yield number, record
 
 
-@attrs.frozen
-class _Planned:
-    address: tuple[str, str, str]
-    lines: list[int]
-    batch: list[Incoming]
-    placements: list[Placement]
+def keeps_position(key: str) -> bool:
+    """Whether an import keeps this (well-formed) position as given: see the module docstring."""
+    return len(key) <= MAX_POSITION_LENGTH and len(key_between(key, None)) <= MAX_POSITION_LENGTH
 
 
-def _plan(records: Iterable[tuple[int, Mapping[str, Any]]]) -> list[_Planned]:
-    """Validate every record and group them by buffer, before anything is written."""
-    grouped: dict[tuple[str, str, str], list[tuple[int, Mapping[str, Any]]]] = {}
-    seen_ids: set[str] = set()
-    for number, record in records:
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: SQLite cannot take it
+        return False
+    return True
+
+
+class _Pending:
+    """One validated line waiting to be appended."""
+
+    __slots__ = ("created_at", "id", "message", "number", "position", "weight")
+
+    def __init__(
+        self, number: int, message: Incoming, id_: str, position: str | None, created: str | None
+    ) -> None:
+        self.number = number
+        self.message = message
+        self.id = id_
+        self.position = position
+        self.created_at = created
+        self.weight = len(message.content) + len(message.metadata)
+
+
+class _Run:
+    """A buffer being imported: where its lines stand, across all its runs."""
+
+    __slots__ = (
+        "address",
+        "buffer",
+        "chunk_ids",
+        "first_line",
+        "last_final",
+        "last_given",
+        "placed",
+        "ready",
+        "ready_weight",
+        "waiting",
+        "waiting_weight",
+    )
+
+    def __init__(self, address: tuple[str, str, str], buffer: Buffer, first_line: int) -> None:
+        self.address = address
+        self.buffer = buffer
+        self.first_line = first_line
+        self.placed: bool | None = None  # positions on every line, or on none
+        self.last_given: str | None = None  # the last position a line gave
+        self.last_final: str | None = None  # the last position stored (kept or re-keyed)
+        self.ready: list[_Pending] = []  # final positions known
+        self.ready_weight = 0
+        self.waiting: list[_Pending] = []  # to re-key, between last_final and the next kept
+        self.waiting_weight = 0
+        self.chunk_ids: set[str] = set()
+
+
+class _Importer:
+    """The one-transaction import, fed one record at a time."""
+
+    def __init__(self, store: Store, conn: sqlite3.Connection, replace: bool) -> None:
+        self.store = store
+        self.conn = conn
+        self.replace = replace
+        self.runs: dict[tuple[str, str, str], _Run] = {}  # resolved address -> its run
+        self.run: _Run | None = None
+        self.imported = self.healed = self.dropped = self.replaced = 0
+
+    def add(self, number: int, record: object) -> None:
+        if not isinstance(record, Mapping):
+            raise InvalidImport(
+                number, f"a record must be a mapping (a JSON object), not {type(record).__name__}"
+            )
         address = tuple(record.get(part) for part in _ADDRESS)
-        if not all(isinstance(part, str) for part in address) or not (
+        if not all(isinstance(part, str) and _encodable(part) for part in address) or not (
             address[0].strip() and address[2].strip()  # type: ignore[union-attr]
         ):
             raise InvalidImport(
                 number, "scope, scope_id and key must be strings (scope, key not blank)"
             )
         for name in ("id", "position", "created_at"):
-            if name in record and not isinstance(record[name], str):
+            if name in record and not (isinstance(record[name], str) and _encodable(record[name])):
                 raise InvalidImport(number, f"{name} must be a string")
-        if "id" in record:
-            if len(record["id"]) != 36:
-                raise InvalidImport(number, f"id {record['id']!r} is not a UUID")
-            if record["id"] in seen_ids:
-                raise InvalidImport(number, f"id {record['id']!r} appears twice")
-            seen_ids.add(record["id"])
-        if "position" in record and not is_valid_key(record["position"]):
-            raise InvalidImport(number, f"position {record['position']!r} is not a valid key")
-        grouped.setdefault(address, []).append((number, record))  # type: ignore[arg-type]
+        given_id = record.get("id")
+        if given_id is not None and len(given_id) != 36:
+            raise InvalidImport(number, f"id {given_id!r} is not a UUID")
+        position = record.get("position")
+        if position is not None and not is_valid_key(position):
+            raise InvalidImport(number, f"position {position!r} is not a valid key")
+        try:
+            message = normalize({k: v for k, v in record.items() if k not in _NOT_MESSAGE}, 0)
+        except InvalidMessage as error:
+            raise InvalidImport(number, f"{error.field}: {error.problem}") from None
 
-    planned = []
-    for address, rows in grouped.items():
-        placed = ["position" in record for _, record in rows]
-        if any(placed) and not all(placed):
+        run = self.run
+        if run is None or run.address != address:
+            run = self._start(number, address)  # type: ignore[arg-type]
+        placed = position is not None
+        if run.placed is None:
+            run.placed = placed
+        elif run.placed != placed:
             raise InvalidImport(
-                rows[placed.index(False) if placed[0] else placed.index(True)][0],
-                f"buffer {'/'.join(address)}: give a position on every line or on none",
+                number, f"buffer {'/'.join(run.address)}: give a position on every line or on none"
             )
-        if all(placed):
-            rows.sort(key=lambda row: row[1]["position"])
-            positions = [record["position"] for _, record in rows]
-            for (number, _), previous, current in zip(
-                rows[1:], positions, positions[1:], strict=False
-            ):
-                if previous == current:
-                    raise InvalidImport(number, f"position {current!r} appears twice")
-        batch = []
-        for number, record in rows:
-            message = {
-                k: v
-                for k, v in record.items()
-                if k not in (*_ADDRESS, "id", "position", "created_at")
-            }
-            try:
-                batch.append(normalize(message, 0))
-            except InvalidMessage as error:
-                raise InvalidImport(number, f"{error.field}: {error.problem}") from None
-        placements = [
-            Placement(
-                record.get("id") or new_message_id(),
-                record.get("position"),
-                record.get("created_at"),
+        if position is not None:
+            if run.last_given is not None and position <= run.last_given:
+                raise InvalidImport(
+                    number,
+                    f"position {position!r} appears twice"
+                    if position == run.last_given
+                    else f"position {position!r} comes before {run.last_given!r}, the position "
+                    "of an earlier line of its buffer: a buffer's lines must come in position "
+                    "order (as export writes them)",
+                )
+            run.last_given = position
+        if given_id is not None:
+            if given_id in run.chunk_ids:
+                raise InvalidImport(number, f"id {given_id!r} appears twice")
+            run.chunk_ids.add(given_id)
+        self._place(
+            run,
+            _Pending(
+                number, message, given_id or new_message_id(), position, record.get("created_at")
+            ),
+        )
+
+    def _place(self, run: _Run, pending: _Pending) -> None:
+        """Keep the line's position, or hold it until its upper neighbour is known."""
+        position = pending.position
+        if position is None or (
+            keeps_position(position) and (run.last_final is None or position > run.last_final)
+        ):
+            if run.waiting:
+                self._rekey(run, position)
+            run.ready.append(pending)
+            run.ready_weight += pending.weight
+            if position is not None:
+                run.last_final = position
+        else:
+            run.waiting.append(pending)
+            run.waiting_weight += pending.weight
+            if len(run.waiting) >= _CHUNK or run.waiting_weight >= _CHUNK_CHARS:
+                self._rekey(run, None)  # no neighbour in sight: at the end, in order
+        if len(run.ready) >= _CHUNK or run.ready_weight >= _CHUNK_CHARS:
+            self._flush(run)
+
+    @staticmethod
+    def _rekey(run: _Run, upper: str | None) -> None:
+        """New positions for the waiting lines, in order, between the last kept and ``upper``."""
+        for pending, key in zip(
+            run.waiting, keys_between(run.last_final, upper, len(run.waiting)), strict=True
+        ):
+            pending.position = key
+            run.ready.append(pending)
+            run.ready_weight += pending.weight
+        run.last_final = run.waiting[-1].position
+        run.waiting.clear()
+        run.waiting_weight = 0
+
+    def _start(self, number: int, address: tuple[str, str, str]) -> _Run:
+        """Finish the buffer in progress; begin (or go on with) the one ``address`` names."""
+        if self.run is not None:
+            self._finish(self.run)
+        try:
+            buffer = self.store.buffer(*address)  # identity scopes judged as everywhere
+        except InvalidAddress as error:
+            raise InvalidImport(number, str(error)) from None
+        if buffer.refused:
+            raise InvalidImport(
+                number,
+                f"the {address[0]} scope refuses {address[1]!r}: not a usable identity",
             )
-            for _, record in rows
-        ]
-        planned.append(_Planned(address, [number for number, _ in rows], batch, placements))
-    return planned
+        resolved = (buffer.scope, buffer.scope_id, buffer.key)
+        run = self.runs.get(resolved)
+        if run is not None:
+            if run.address != address:
+                raise InvalidImport(
+                    number,
+                    f"names buffer {'/'.join(resolved)} with another spelling of its id "
+                    f"than line {run.first_line}",
+                )
+            self.run = run  # a later run of the same buffer goes on where it stopped
+            return run
+        existing = buffer._existing_id(self.conn)
+        if existing is not None and self.conn.execute(_MESSAGE_COUNT, (existing,)).fetchone()[0]:
+            if not self.replace:
+                raise InvalidImport(
+                    number, f"buffer {'/'.join(address)} already holds messages (use --replace)"
+                )
+            self.conn.execute("DELETE FROM tool_calls WHERE buffer_id = ?", (existing,))
+            self.conn.execute("DELETE FROM messages WHERE buffer_id = ?", (existing,))
+            self.replaced += 1
+        run = self.runs[resolved] = self.run = _Run(address, buffer, number)
+        return run
+
+    def _finish(self, run: _Run) -> None:
+        if run.waiting:
+            self._rekey(run, None)
+        self._flush(run)
+
+    def _flush(self, run: _Run) -> None:
+        """Append the lines whose positions are known, through the append path."""
+        if not run.ready:
+            return
+        chunk = run.ready
+        self._check_ids(chunk)
+        try:
+            result, _ = run.buffer._append(
+                self.conn,
+                [p.message for p in chunk],
+                [Placement(p.id, p.position, p.created_at) for p in chunk],
+            )
+        except InvalidMessage as error:
+            raise InvalidImport(chunk[error.index].number, error.problem) from None
+        except FlowdropError:
+            raise
+        except Exception as error:  # a constraint the checks above do not foresee
+            raise InvalidImport(
+                None,
+                f"lines {chunk[0].number}-{chunk[-1].number}, buffer "
+                f"{'/'.join(run.address)}: {error}",
+            ) from None
+        self.imported += result.appended
+        self.healed += len(result.healed_ids)
+        self.dropped += result.dropped
+        run.ready = []
+        run.ready_weight = 0
+        run.chunk_ids.clear()
+
+    def _check_ids(self, chunk: list[_Pending]) -> None:
+        """Refuse an id an earlier chunk of this import, or another buffer, already stored."""
+        ids = {p.id: p.number for p in chunk}
+        for id_, buffer_id, *address in self.conn.execute(_USED_IDS, (json.dumps(list(ids)),)):
+            mine = {run.buffer._existing_id(self.conn) for run in self.runs.values()}
+            raise InvalidImport(
+                ids[id_],
+                f"id {id_!r} appears twice"
+                if buffer_id in mine
+                else f"id {id_!r} is already used by a message of buffer {'/'.join(address)}",
+            )
+
+    def finish(self) -> ImportReport:
+        if self.run is not None:
+            self._finish(self.run)
+        return ImportReport(len(self.runs), self.imported, self.healed, self.dropped, self.replaced)
 
 
 def import_records(
-    store: Store, records: Iterable[tuple[int, Mapping[str, Any]]], *, replace: bool = False
+    store: Store, records: Iterable[tuple[int, object]], *, replace: bool = False
 ) -> ImportReport:
-    """Import validated records in one transaction; see the module docstring.
+    """Import numbered records in one transaction, as they come; see the module docstring.
 
     Raises:
         InvalidImport: a bad line, or a buffer that already holds messages while
-            ``replace`` is false. Nothing is written.
+            ``replace`` is false. The transaction is rolled back: nothing is written.
     """
-    planned = _plan(records)
-    imported = healed = dropped = replaced = 0
-    first_line: dict[tuple[str, str, str], int] = {}  # resolved address -> its first line
     with store._write() as conn:
-        for plan in planned:
-            try:
-                buffer = store.buffer(*plan.address)  # identity scopes judged as everywhere
-            except InvalidAddress as error:
-                raise InvalidImport(plan.lines[0], str(error)) from None
-            if buffer.refused:
-                raise InvalidImport(
-                    plan.lines[0],
-                    f"the {plan.address[0]} scope refuses {plan.address[1]!r}: "
-                    "not a usable identity",
-                )
-            resolved = (buffer.scope, buffer.scope_id, buffer.key)
-            if resolved in first_line:
-                raise InvalidImport(
-                    plan.lines[0],
-                    f"names buffer {'/'.join(resolved)} with another spelling of its id "
-                    f"than line {first_line[resolved]}",
-                )
-            first_line[resolved] = plan.lines[0]
-            existing = buffer._existing_id(conn)
-            if (
-                existing is not None
-                and conn.execute(
-                    "SELECT message_count FROM buffers WHERE id = ?", (existing,)
-                ).fetchone()[0]
-            ):
-                if not replace:
-                    raise InvalidImport(
-                        plan.lines[0],
-                        f"buffer {'/'.join(plan.address)} already holds messages (use --replace)",
-                    )
-                conn.execute("DELETE FROM tool_calls WHERE buffer_id = ?", (existing,))
-                conn.execute("DELETE FROM messages WHERE buffer_id = ?", (existing,))
-                replaced += 1
-            try:
-                result, _ = buffer._append(conn, plan.batch, plan.placements)
-            except InvalidMessage as error:
-                raise InvalidImport(plan.lines[error.index], error.problem) from None
-            except FlowdropError:
-                raise
-            except Exception as error:  # a constraint, e.g. an id already used elsewhere
-                raise InvalidImport(None, f"buffer {'/'.join(plan.address)}: {error}") from None
-            imported += result.appended
-            healed += len(result.healed_ids)
-            dropped += result.dropped
-    return ImportReport(len(planned), imported, healed, dropped, replaced)
+        importer = _Importer(store, conn, replace)
+        for number, record in records:
+            importer.add(number, record)
+        return importer.finish()

@@ -50,7 +50,13 @@ from .errors import (
     StoreClosed,
 )
 from .model import BufferRef
-from .portability import ImportReport, export_records, import_records, parse_lines
+from .portability import (
+    ImportReport,
+    export_records,
+    import_records,
+    number_records,
+    parse_lines,
+)
 from .refused import RefusedBuffer
 from .sessions import Sessions
 
@@ -348,7 +354,7 @@ class Store:
             InvalidImport: a bad record (numbered from 1), or a buffer that already
                 holds messages while ``replace`` is false. Nothing is written.
         """
-        return import_records(self, enumerate(records, start=1), replace=replace)
+        return import_records(self, number_records(records), replace=replace)
 
     def import_jsonl(self, lines: Iterable[str], *, replace: bool = False) -> ImportReport:
         """Import a JSON Lines export (``flowdrop-local import``); errors name the line."""
