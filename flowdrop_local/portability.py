@@ -146,6 +146,7 @@ def _export_snapshot(
 ) -> Iterator[dict[str, Any]]:
     store._connection()  # StoreClosed, as every other read
     conn = _reader(store)
+    immutable = False
     try:
         try:
             conn.execute("BEGIN")  # the first read below fixes the snapshot
@@ -156,8 +157,16 @@ def _export_snapshot(
             # A WAL file in a read-only folder (no -shm can be made): read it as
             # the store does, as a snapshot no one is writing.
             conn.close()
-            conn = _reader(store, immutable=True)
+            conn, immutable = _reader(store, immutable=True), True
             cursor = conn.execute(query, parameters)
+        if not immutable and conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            # Outside WAL a reader holding its snapshot would block every commit:
+            # read whole, let go of the file, then yield.
+            rows = cursor.fetchall()
+            conn.close()
+            for row in rows:
+                yield _record(store, row)
+            return
         while rows := cursor.fetchmany(_EXPORT_CHUNK):
             for row in rows:
                 yield _record(store, row)

@@ -36,7 +36,7 @@ def _fill(store: Store, total: int, key: str = "k") -> None:
 
 def _wal_pinned(path: Path) -> bool:
     """Whether some reader holds a snapshot that keeps the WAL from being checkpointed."""
-    conn = sqlite3.connect(path)
+    conn = sqlite3.connect(path, timeout=0)
     try:
         busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         return bool(busy)
@@ -109,6 +109,36 @@ def test_export_releases_its_snapshot(tmp_path: Path, how: str) -> None:
             records = None
             gc.collect()
         assert not _wal_pinned(path)
+
+
+def test_export_of_a_rollback_journal_file_does_not_block_writers(tmp_path: Path) -> None:
+    """Outside WAL (a read-only store keeps the file's journal mode) a held snapshot would
+    block every commit: the export reads whole first, so another writer commits at once."""
+    path = tmp_path / "x.db"
+    with Store(path) as store:
+        _fill(store, 1_200)
+    conn = sqlite3.connect(path, timeout=0.2)
+    conn.execute("PRAGMA journal_mode = DELETE")
+    with Store(path, read_only=True) as store:
+        records = store.export()
+        next(records)
+        conn.execute("CREATE TABLE mine (x)")  # the user's own table, through another connection
+        conn.commit()  # "database is locked" if the export still held its read lock
+        assert sum(1 for _ in records) == 1_199
+    conn.close()
+
+
+def test_read_only_store_export_streams(tmp_path: Path) -> None:
+    """A read-only store (mode=ro) on a WAL file exports through its own snapshot too."""
+    path = tmp_path / "x.db"
+    with Store(path) as writer:
+        _fill(writer, 1_200)
+        with Store(path, read_only=True) as store:
+            records = store.export()
+            next(records)
+            writer.buffer("s", "1", "k").append({"role": "user", "content": "after"})
+            assert _wal_pinned(path)
+            assert sum(1 for _ in records) == 1_199
 
 
 def test_memory_store_export_reads_whole_first(store: Store) -> None:
