@@ -246,6 +246,10 @@ def _file_lines(file: Any) -> Iterator[object]:
         yield line
 
 
+def _without_newline(line: str | bytes) -> str | bytes:
+    return line.rstrip("\r\n") if isinstance(line, str) else line.rstrip(b"\r\n")
+
+
 def _parsed(lines: Iterable[object]) -> Iterator[tuple[int, object]]:
     source = _file_lines(lines) if callable(getattr(lines, "readline", None)) else iter(lines)
     number = 0
@@ -259,17 +263,17 @@ def _parsed(lines: Iterable[object]) -> Iterator[tuple[int, object]]:
             raise InvalidImport(
                 None, f"not UTF-8 text (at line {number} or a little after it): {error}"
             ) from None
+        if not isinstance(line, str | bytes):
+            raise InvalidImport(number, f"a line must be a string, not {type(line).__name__}")
+        if len(line) > MAX_LINE_CHARS and len(_without_newline(line)) > MAX_LINE_CHARS:
+            raise InvalidImport(
+                number, f"the line is longer than {MAX_LINE_CHARS:,} characters (the limit)"
+            )
         if isinstance(line, bytes):
             try:
                 line = line.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise InvalidImport(number, f"not UTF-8 text: {error}") from None
-        if not isinstance(line, str):
-            raise InvalidImport(number, f"a line must be a string, not {type(line).__name__}")
-        if len(line) > MAX_LINE_CHARS and len(line.rstrip("\r\n")) > MAX_LINE_CHARS:
-            raise InvalidImport(
-                number, f"the line is longer than {MAX_LINE_CHARS:,} characters (the limit)"
-            )
         if not line.strip():
             continue
         try:
@@ -370,11 +374,15 @@ class _Importer:
             address[0].strip() and address[2].strip()  # type: ignore[union-attr]
         ):
             raise InvalidImport(
-                number, "scope, scope_id and key must be strings (scope, key not blank)"
+                number,
+                "scope, scope_id and key must be strings (scope, key not blank; "
+                "no lone surrogates)",
             )
         for name in ("id", "position", "created_at"):
-            if name in record and not (isinstance(record[name], str) and _encodable(record[name])):
+            if name in record and not isinstance(record[name], str):
                 raise InvalidImport(number, f"{name} must be a string")
+            if name in record and not _encodable(record[name]):
+                raise InvalidImport(number, f"{name} must be a string without lone surrogates")
         given_id = record.get("id")
         if given_id is not None and len(given_id) != 36:
             raise InvalidImport(number, f"id {given_id!r} is not a UUID")

@@ -252,8 +252,9 @@ def test_cli_import_from_stdin(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["r", "rb"], ids=["text-file", "binary-file"])
 def test_an_overlong_line_is_refused_without_reading_it_whole(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """A line above MAX_LINE_CHARS is InvalidImport naming it; a file is read only up to
     the limit, never the whole line."""
@@ -265,7 +266,7 @@ def test_an_overlong_line_is_refused_without_reading_it_whole(
     db = tmp_path / "x.db"
     with Store(db) as store:
         before = snapshot(db)
-        with open(path, encoding="utf-8") as lines:
+        with open(path, mode) as lines:
             tracemalloc.start()
             try:
                 with pytest.raises(InvalidImport, match="longer than 1,000 characters") as caught:
