@@ -15,16 +15,19 @@ CLI does) and ``import`` (``Store.import_jsonl`` of that file opened as text,
 as ``flowdrop-local import FILE`` does, into a new database).
 
 ``--library DIR`` puts ``DIR`` first on the children's path, so one run can
-measure another checkout (``--library /work/main`` for the figures before a
-change). The script prints numbers and asserts nothing.
+measure another checkout; ``--baseline DIR`` measures ``DIR`` too, first (the
+figures before a change). ``--out benchmarks/RESULTS.md`` writes the table into
+its ``memory`` section. The script prints numbers and asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -33,6 +36,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from . import report
 from .core import fmt_bytes, message, remove_database
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -106,11 +110,11 @@ def child(args: argparse.Namespace) -> int:
 
 
 def _run_child(
-    args: argparse.Namespace, step: str, source: Path, target: Path, trace: bool
+    library: str | None, step: str, source: Path, target: Path, trace: bool
 ) -> dict[str, Any]:
     command = [sys.executable, "-m", "benchmarks.memory", "--child", step, str(source), str(target)]
-    if args.library:
-        command += ["--library", args.library]
+    if library:
+        command += ["--library", library]
     if trace:
         command.append("--trace")
     done = subprocess.run(command, cwd=_ROOT, capture_output=True, text=True, check=False)
@@ -118,6 +122,29 @@ def _run_child(
         raise SystemExit(f"{step} failed:\n{done.stderr}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def render(rows: list[str], command: str) -> str:
+    """The markdown section for ``RESULTS.md``."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        "\n".join(
+            [
+                "## Peak memory of export and import",
+                "",
+                f"`{command}`, {now}. Each step runs in a child process of its own: once "
+                "under `tracemalloc` (the step's peak of Python allocations), once without "
+                "(`ru_maxrss` of the whole process, and the time). Export writes JSON Lines "
+                "to a file as the CLI does; import reads that file as `flowdrop-local import` "
+                "does. Buffers of 1,000 messages.",
+                "",
+                "| step | messages | flowdrop_local | tracemalloc peak | ru_maxrss | time |",
+                "|---|---:|---|---:|---:|---:|",
+                *rows,
+            ]
+        )
+        + "\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--per-buffer", type=int, default=1_000, help="messages per buffer")
     parser.add_argument("--library", help="directory holding the flowdrop_local to measure")
+    parser.add_argument("--baseline", help="another checkout to measure first (before)")
     parser.add_argument("--workdir", help="keep (and reuse) the source databases here")
+    parser.add_argument("--out", help="report to update (e.g. benchmarks/RESULTS.md)")
     parser.add_argument("--child", nargs=3, metavar=("STEP", "SOURCE", "TARGET"))
     parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -138,10 +167,12 @@ def main(argv: list[str] | None = None) -> int:
 
     library = _use_library(args.library)
     print(f"flowdrop_local from {library}", flush=True)
+    measured = [(f"before ({args.baseline})", args.baseline)] if args.baseline else []
+    measured.append(("this checkout" if args.baseline else library, args.library))
+    rows = []
     with tempfile.TemporaryDirectory(prefix="flowdrop-memory-") as tmp:
         workdir = Path(args.workdir) if args.workdir else Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        rows = []
         for size in args.sizes:
             source = workdir / f"source-{size}-{args.per_buffer}.db"
             if not source.exists():
@@ -151,21 +182,25 @@ def main(argv: list[str] | None = None) -> int:
             dump = Path(tmp) / f"dump-{size}.jsonl"
             copy = Path(tmp) / f"copy-{size}.db"
             for step, src, dst in (("export", source, dump), ("import", dump, copy)):
-                traced = _run_child(args, step, src, dst, trace=True)
-                plain = _run_child(args, step, src, dst, trace=False)
-                row = (
-                    f"| {step} | {size:,} | {fmt_bytes(traced['peak'])} | "
-                    f"{fmt_bytes(plain['rss'])} | {plain['seconds']:.1f} s |"
-                )
-                print(row, flush=True)
-                rows.append(row)
+                for label, where in measured:
+                    traced = _run_child(where, step, src, dst, trace=True)
+                    plain = _run_child(where, step, src, dst, trace=False)
+                    row = (
+                        f"| {step} | {size:,} | {label} | {fmt_bytes(traced['peak'])} | "
+                        f"{fmt_bytes(plain['rss'])} | {plain['seconds']:.1f} s |"
+                    )
+                    print(row, flush=True)
+                    rows.append(row)
             remove_database(copy)
             os.remove(dump)
-    print(
-        "\n| step | messages | tracemalloc peak | ru_maxrss (whole process) | time |\n"
-        "|---|---:|---:|---:|---:|"
+    command = "python -m benchmarks.memory" + "".join(
+        f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv)
     )
-    print("\n".join(rows))
+    section = render(rows, command)
+    print("\n" + section)
+    if args.out:
+        report.write_section(Path(args.out), "memory", section)
+        print(f"wrote {args.out}")
     return 0
 
 
