@@ -170,8 +170,11 @@ def _export_snapshot(
         while rows := cursor.fetchmany(_EXPORT_CHUNK):
             for row in rows:
                 yield _record(store, row)
-    except sqlite3.DatabaseError as error:
-        raise store._translated(error) from None
+    except sqlite3.Error as error:
+        translated = store._translated(error)
+        if not isinstance(translated, FlowdropError):
+            translated = FlowdropError(f"cannot export {store.path}: {error}")
+        raise translated from None
     finally:
         conn.close()  # also when the caller closes the generator or drops it
 
