@@ -326,38 +326,26 @@ class _Pending:
 
 
 class _Run:
-    """A buffer being imported: where its lines stand, across all its runs."""
+    """What an import keeps of each buffer it wrote, across all its runs (kept small)."""
 
-    __slots__ = (
-        "address",
-        "buffer",
-        "chunk_ids",
-        "first_line",
-        "last_final",
-        "last_given",
-        "placed",
-        "ready",
-        "ready_weight",
-        "waiting",
-        "waiting_weight",
-    )
+    __slots__ = ("address", "buffer_id", "first_line", "last_final", "last_given", "placed")
 
-    def __init__(self, address: tuple[str, str, str], buffer: Buffer, first_line: int) -> None:
+    def __init__(self, address: tuple[str, str, str], first_line: int) -> None:
         self.address = address
-        self.buffer = buffer
         self.first_line = first_line
+        self.buffer_id: int | None = None
         self.placed: bool | None = None  # positions on every line, or on none
         self.last_given: str | None = None  # the last position a line gave
         self.last_final: str | None = None  # the last position stored (kept or re-keyed)
-        self.ready: list[_Pending] = []  # final positions known
-        self.ready_weight = 0
-        self.waiting: list[_Pending] = []  # to re-key, between last_final and the next kept
-        self.waiting_weight = 0
-        self.chunk_ids: set[str] = set()
 
 
 class _Importer:
-    """The one-transaction import, fed one record at a time."""
+    """The one-transaction import, fed one record at a time.
+
+    One buffer is in progress at a time (``run``, ``buffer``): its lines wait in
+    ``ready`` (final positions known) or ``waiting`` (to be re-keyed between the
+    last kept position and the next), and go to the append path a chunk at a time.
+    """
 
     def __init__(self, store: Store, conn: sqlite3.Connection, replace: bool) -> None:
         self.store = store
@@ -365,6 +353,12 @@ class _Importer:
         self.replace = replace
         self.runs: dict[tuple[str, str, str], _Run] = {}  # resolved address -> its run
         self.run: _Run | None = None
+        self.buffer: Buffer | None = None
+        self.ready: list[_Pending] = []
+        self.ready_weight = 0
+        self.waiting: list[_Pending] = []
+        self.waiting_weight = 0
+        self.chunk_ids: set[str] = set()
         self.imported = self.healed = self.dropped = self.replaced = 0
 
     def add(self, number: int, record: object) -> None:
@@ -419,9 +413,9 @@ class _Importer:
                 )
             run.last_given = position
         if given_id is not None:
-            if given_id in run.chunk_ids:
+            if given_id in self.chunk_ids:
                 raise InvalidImport(number, f"id {given_id!r} appears twice")
-            run.chunk_ids.add(given_id)
+            self.chunk_ids.add(given_id)
         self._place(
             run,
             _Pending(
@@ -435,37 +429,34 @@ class _Importer:
         if position is None or (
             keeps_position(position) and (run.last_final is None or position > run.last_final)
         ):
-            if run.waiting:
+            if self.waiting:
                 self._rekey(run, position)
-            run.ready.append(pending)
-            run.ready_weight += pending.weight
+            self.ready.append(pending)
+            self.ready_weight += pending.weight
             if position is not None:
                 run.last_final = position
         else:
-            run.waiting.append(pending)
-            run.waiting_weight += pending.weight
-            if len(run.waiting) >= _CHUNK or run.waiting_weight >= _CHUNK_CHARS:
+            self.waiting.append(pending)
+            self.waiting_weight += pending.weight
+            if len(self.waiting) >= _CHUNK or self.waiting_weight >= _CHUNK_CHARS:
                 self._rekey(run, None)  # no neighbour in sight: at the end, in order
-        if len(run.ready) >= _CHUNK or run.ready_weight >= _CHUNK_CHARS:
+        if len(self.ready) >= _CHUNK or self.ready_weight >= _CHUNK_CHARS:
             self._flush(run)
 
-    @staticmethod
-    def _rekey(run: _Run, upper: str | None) -> None:
+    def _rekey(self, run: _Run, upper: str | None) -> None:
         """New positions for the waiting lines, in order, between the last kept and ``upper``."""
-        for pending, key in zip(
-            run.waiting, keys_between(run.last_final, upper, len(run.waiting)), strict=True
-        ):
+        keys = keys_between(run.last_final, upper, len(self.waiting))
+        for pending, key in zip(self.waiting, keys, strict=True):
             pending.position = key
-            run.ready.append(pending)
-            run.ready_weight += pending.weight
-        run.last_final = run.waiting[-1].position
-        run.waiting.clear()
-        run.waiting_weight = 0
+            self.ready.append(pending)
+            self.ready_weight += pending.weight
+        run.last_final = keys[-1]
+        self.waiting = []
+        self.waiting_weight = 0
 
     def _start(self, number: int, address: tuple[str, str, str]) -> _Run:
         """Finish the buffer in progress; begin (or go on with) the one ``address`` names."""
-        if self.run is not None:
-            self._finish(self.run)
+        self._finish()
         try:
             buffer = self.store.buffer(*address)  # identity scopes judged as everywhere
         except InvalidAddress as error:
@@ -484,33 +475,42 @@ class _Importer:
                     f"names buffer {'/'.join(resolved)} with another spelling of its id "
                     f"than line {run.first_line}",
                 )
-            self.run = run  # a later run of the same buffer goes on where it stopped
-            return run
-        existing = buffer._existing_id(self.conn)
-        if existing is not None and self.conn.execute(_MESSAGE_COUNT, (existing,)).fetchone()[0]:
-            if not self.replace:
-                raise InvalidImport(
-                    number, f"buffer {'/'.join(address)} already holds messages (use --replace)"
-                )
-            self.conn.execute("DELETE FROM tool_calls WHERE buffer_id = ?", (existing,))
-            self.conn.execute("DELETE FROM messages WHERE buffer_id = ?", (existing,))
-            self.replaced += 1
-        run = self.runs[resolved] = self.run = _Run(address, buffer, number)
+        else:  # the buffer's first line
+            existing = buffer._existing_id(self.conn)
+            if (
+                existing is not None
+                and self.conn.execute(_MESSAGE_COUNT, (existing,)).fetchone()[0]
+            ):
+                if not self.replace:
+                    raise InvalidImport(
+                        number,
+                        f"buffer {'/'.join(address)} already holds messages (use --replace)",
+                    )
+                self.conn.execute("DELETE FROM tool_calls WHERE buffer_id = ?", (existing,))
+                self.conn.execute("DELETE FROM messages WHERE buffer_id = ?", (existing,))
+                self.replaced += 1
+            run = self.runs[resolved] = _Run(address, number)
+        # A later run of the same buffer goes on where the last one stopped.
+        self.run, self.buffer = run, buffer
         return run
 
-    def _finish(self, run: _Run) -> None:
-        if run.waiting:
-            self._rekey(run, None)
-        self._flush(run)
+    def _finish(self) -> None:
+        """Append what is left of the buffer in progress."""
+        if self.run is not None:
+            if self.waiting:
+                self._rekey(self.run, None)
+            self._flush(self.run)
+            self.run = self.buffer = None
 
     def _flush(self, run: _Run) -> None:
         """Append the lines whose positions are known, through the append path."""
-        if not run.ready:
+        if not self.ready:
             return
-        chunk = run.ready
+        assert self.buffer is not None
+        chunk = self.ready
         self._check_ids(chunk)
         try:
-            result, _ = run.buffer._append(
+            result, _ = self.buffer._append(
                 self.conn,
                 [p.message for p in chunk],
                 [Placement(p.id, p.position, p.created_at) for p in chunk],
@@ -525,18 +525,19 @@ class _Importer:
                 f"lines {chunk[0].number}-{chunk[-1].number}, buffer "
                 f"{'/'.join(run.address)}: {error}",
             ) from None
+        run.buffer_id = self.buffer._existing_id(self.conn)
         self.imported += result.appended
         self.healed += len(result.healed_ids)
         self.dropped += result.dropped
-        run.ready = []
-        run.ready_weight = 0
-        run.chunk_ids.clear()
+        self.ready = []
+        self.ready_weight = 0
+        self.chunk_ids = set()
 
     def _check_ids(self, chunk: list[_Pending]) -> None:
         """Refuse an id an earlier chunk of this import, or another buffer, already stored."""
         ids = {p.id: p.number for p in chunk}
         for id_, buffer_id, *address in self.conn.execute(_USED_IDS, (json.dumps(list(ids)),)):
-            mine = {run.buffer._existing_id(self.conn) for run in self.runs.values()}
+            mine = {run.buffer_id for run in self.runs.values()}
             raise InvalidImport(
                 ids[id_],
                 f"id {id_!r} appears twice"
@@ -545,8 +546,7 @@ class _Importer:
             )
 
     def finish(self) -> ImportReport:
-        if self.run is not None:
-            self._finish(self.run)
+        self._finish()
         return ImportReport(len(self.runs), self.imported, self.healed, self.dropped, self.replaced)
 
 
