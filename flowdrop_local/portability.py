@@ -20,8 +20,8 @@ and duplicates are dropped. A bad line anywhere rolls the whole transaction
 back: nothing is written. Memory is bounded: lines are validated and appended a
 chunk at a time (``_CHUNK`` messages or ``_CHUNK_CHARS`` characters), and a line
 longer than :data:`MAX_LINE_CHARS` is refused before it is parsed. What is kept
-per buffer (its address, first line, last position) grows with the number of
-buffers, not of messages.
+per buffer (its address, first line, last position: a few hundred bytes) grows
+with the number of buffers, not of messages.
 
 A buffer's lines normally come in one run, in position order, as export writes
 them. They may also come in several runs (lines of other buffers in between):
