@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-buffer", type=int, default=1_000, help="messages per buffer")
     parser.add_argument("--library", help="directory holding the flowdrop_local to measure")
     parser.add_argument("--baseline", help="another checkout to measure first (before)")
+    parser.add_argument("--baseline-name", help="what to call it in the table (its path)")
     parser.add_argument("--workdir", help="keep (and reuse) the source databases here")
     parser.add_argument("--out", help="report to update (e.g. benchmarks/RESULTS.md)")
     parser.add_argument("--child", nargs=3, metavar=("STEP", "SOURCE", "TARGET"))
@@ -167,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
 
     library = _use_library(args.library)
     print(f"flowdrop_local from {library}", flush=True)
-    measured = [(f"before ({args.baseline})", args.baseline)] if args.baseline else []
+    baseline = args.baseline_name or args.baseline
+    measured = [(f"before ({baseline})", args.baseline)] if args.baseline else []
     measured.append(("this checkout" if args.baseline else library, args.library))
     rows = []
     with tempfile.TemporaryDirectory(prefix="flowdrop-memory-") as tmp:
