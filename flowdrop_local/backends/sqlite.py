@@ -226,6 +226,10 @@ SQL: dict[str, str] = {
         "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
         "ORDER BY b.scope, b.scope_id, b.key, m.position"
     ),
+    "used_ids": (
+        "SELECT m.id, m.buffer_id, b.scope, b.scope_id, b.key FROM messages AS m "
+        "JOIN buffers AS b ON b.id = m.buffer_id WHERE m.id IN (SELECT value FROM json_each(?))"
+    ),
     "export_one": (
         "SELECT b.scope, b.scope_id, b.key, m.id, m.position, m.role, m.content, "
         "m.content_parts, m.metadata, m.created_at "
@@ -234,7 +238,8 @@ SQL: dict[str, str] = {
     ),
 }
 # Statements whose list parameter SQLite reads as a JSON array (json_each).
-_JSON_ARRAY_PARAMS = frozenset({"find_results", "known_declared"})
+_JSON_ARRAY_PARAMS = frozenset({"find_results", "known_declared", "used_ids"})
+_EXPORT_CHUNK = 500  # rows an export fetches at a time
 
 
 def _writable(path: str) -> bool:
@@ -529,6 +534,64 @@ class SqliteBackend(Backend):
                 conn.execute("ROLLBACK")
                 raise
             return
+
+    def snapshot_rows(self, statement: str, params: Any = ()) -> Iterator[Any]:
+        """See :meth:`Backend.snapshot_rows`: a read-only connection of the export's own.
+
+        Outside WAL a reader holding its snapshot would block every commit, and a
+        ``":memory:"`` database cannot be opened twice: there the rows are read
+        whole first, then yielded.
+        """
+        if self.path == ":memory:":
+            with self.read() as tx:
+                rows = tx.all(statement, params)
+            yield from rows
+            return
+        self.connection()  # StoreClosed, as every other read
+        conn = self._reader()
+        immutable = False
+        try:
+            try:
+                conn.execute("BEGIN")  # the first read below fixes the snapshot
+                cursor = conn.execute(SQL[statement], params)
+            except sqlite3.OperationalError:
+                if not self.read_only:
+                    raise
+                # A WAL file in a read-only folder (no -shm can be made): read it as
+                # the store does, as a snapshot no one is writing.
+                conn.close()
+                conn, immutable = self._reader(immutable=True), True
+                cursor = conn.execute(SQL[statement], params)
+            if not immutable and conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                rows = cursor.fetchall()
+                conn.close()
+                yield from rows
+                return
+            while rows := cursor.fetchmany(_EXPORT_CHUNK):
+                yield from rows
+        except sqlite3.Error as error:
+            translated = self._translated(error)
+            if not isinstance(translated, FlowdropError):
+                translated = FlowdropError(f"cannot export {self.path}: {error}")
+            raise translated from None
+        finally:
+            conn.close()  # also when the caller closes the generator or drops it
+
+    def _reader(self, *, immutable: bool = False) -> sqlite3.Connection:
+        """A read-only connection to the file, for an export's snapshot."""
+        uri = "file:" + urllib.parse.quote(os.path.abspath(self.path))
+        try:
+            conn = sqlite3.connect(
+                uri + ("?immutable=1" if immutable else "?mode=ro"),
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,  # a dropped generator may be finalised on any thread
+                timeout=self.lock_warning_after,
+            )
+        except sqlite3.Error as error:
+            raise NotADatabase(f"cannot open {self.path}: {error}") from None
+        _files.set_defensive(conn)
+        return conn
 
     # ------------------------------------------------------------- maintenance
 
