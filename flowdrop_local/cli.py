@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import IO, Any, Final
+from typing import IO, Any, Final, TypeVar
 
 import click
 
@@ -36,6 +37,7 @@ from .store import Store
 __all__ = ["DEMO_ADDRESS", "BadInput", "cli", "main"]
 
 DEFAULT_DB = "flowdrop.db"
+T = TypeVar("T")
 log = logging.getLogger("flowdrop_local")
 
 
@@ -282,15 +284,60 @@ def _size(path: str) -> int:
 
 @cli.command()
 @click.argument("address", nargs=-1)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context
-def export(ctx: click.Context, address: tuple[str, ...]) -> None:
-    """Write every buffer (or SCOPE SCOPE_ID KEY) as JSON Lines to stdout."""
+def export(ctx: click.Context, address: tuple[str, ...], quiet: bool) -> None:
+    """Write everything (or the buffer SCOPE SCOPE_ID KEY) as JSON Lines to stdout.
+
+    Without an address the export is complete (format 2): a header line, the
+    sessions, their viewers and the memory values, then every message.
+    """
     if len(address) not in (0, 3):
         raise BadInput("give no address (everything) or SCOPE SCOPE_ID KEY")
     with _open(ctx) as store:
         target = (address[0], address[1], address[2]) if address else None
-        for record in store.export(target):
-            click.echo(json.dumps(record, ensure_ascii=False))
+        records = store.export(target, full=target is None)
+        with _progress(records, "exporting", quiet) as shown:
+            for record in shown:
+                click.echo(json.dumps(record, ensure_ascii=False))
+
+
+@contextmanager
+def _progress(items: Iterable[T], label: str, quiet: bool) -> Iterator[Iterable[T]]:
+    """``items`` with a progress bar on a terminal (stderr); as they are otherwise."""
+    if quiet or not sys.stderr.isatty():
+        yield items
+        return
+    with click.progressbar(items, label=label, file=sys.stderr, show_pos=True) as bar:
+        yield bar
+
+
+@cli.command()
+@click.argument("source")
+@click.argument("target")
+@click.option("--replace", is_flag=True, help="Replace what already exists in TARGET.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def copy(source: str, target: str, replace: bool, quiet: bool) -> None:
+    """Copy everything from SOURCE to TARGET (each a SQLite path or a postgresql:// URL).
+
+    Streams in one transaction on TARGET, losslessly: ids, positions, timestamps,
+    healed marks, content parts, sessions, viewers and memory. A buffer, session or
+    memory key that already exists in TARGET is refused unless --replace.
+    """
+    if os.path.abspath(source) == os.path.abspath(target) or source == target:
+        raise BadInput("SOURCE and TARGET are the same database")
+    with Store(source, create=False) as src:
+        created = False
+        try:
+            with Store(target) as dst:
+                created = dst.created
+                with _progress(src.export(full=True), "copying", quiet) as records:
+                    report = dst.import_records(records, replace=replace)
+        except BaseException:
+            if created:
+                remove_database(target)
+            raise
+    dump(converter.unstructure(report))
 
 
 # Python's JSON parser recurses once per nesting level and converts integers of

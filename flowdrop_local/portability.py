@@ -6,6 +6,13 @@ order::
     {"scope": ..., "scope_id": ..., "key": ..., "id": ..., "position": ...,
      "role": ..., "content": ..., "metadata": {...}, "created_at": ...}
 
+Format version 2 (``export(full=True)``, the CLI's ``export`` without an address,
+and ``copy``) starts with a header line ``{"flowdrop_export": 2}`` and adds, before
+the messages, one line per session (``"record": "session"``), per granted viewer
+(``"record": "viewer"``) and per memory value (``"record": "memory"``). A message
+line has no ``record`` key, so a version-1 file (messages only, no header) still
+imports, and a file from a newer version is refused by its header.
+
 Export streams: it reads one snapshot on a connection of its own
 (``Backend.snapshot_rows``: a read transaction on SQLite, a REPEATABLE READ one with
 a server-side cursor on PostgreSQL), a chunk of rows at a time, so memory stays
@@ -42,6 +49,7 @@ would lengthen its key) cannot make later keys grow.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping
@@ -49,7 +57,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from .access import resolve_address
+from .access import IDENTITY_SCOPES, resolve_address, usable_identity
 from .buffer import Buffer, Placement, check_address_part, new_message_id
 from .errors import FlowdropError, InvalidAddress, InvalidImport, InvalidMessage, NotADatabase
 from .positions import is_valid_key, key_between, keys_between
@@ -83,13 +91,16 @@ class ImportReport:
     healed: int
     dropped: int
     replaced_buffers: int = 0
+    sessions: int = 0
+    viewers: int = 0
+    memory: int = 0
 
 
 # ------------------------------------------------------------------------ export
 
 
 def export_records(
-    db: Backend, address: tuple[str, str, str] | None = None
+    db: Backend, address: tuple[str, str, str] | None = None, *, full: bool = False
 ) -> Iterator[dict[str, Any]]:
     """Every message (or one buffer's), as export records, in buffer and position order.
 
@@ -111,7 +122,18 @@ def export_records(
         )
     statement, parameters = ("export_all", ()) if address is None else ("export_one", address)
     db.ensure_open()  # StoreClosed at the call, as every other read
-    return (_record(db.where, row) for row in db.snapshot_rows(statement, tuple(parameters)))
+    messages = (_record(db.where, row) for row in db.snapshot_rows(statement, tuple(parameters)))
+    if not full:
+        return messages
+    return itertools.chain(
+        [{"flowdrop_export": FORMAT_VERSION}],
+        (
+            _side_record(db.where, kind, row)
+            for kind in _SIDE_FIELDS  # sessions before the viewers that name them
+            for row in db.snapshot_rows(f"export_{kind}")
+        ),
+        messages,
+    )
 
 
 def _record(where: str, row: tuple[Any, ...]) -> dict[str, Any]:
@@ -135,6 +157,35 @@ def _record(where: str, row: tuple[Any, ...]) -> dict[str, Any]:
         "metadata": decoded_metadata,
         "created_at": created,
     }
+
+
+FORMAT_VERSION: Final = 2
+"""The export format this version writes (and the newest it imports)."""
+# (record kind, its fields in the order of the export_<kind>s statement's columns)
+_SIDE_FIELDS: Final = {
+    "session": (
+        "id", "workflow_id", "name", "owner_id", "status", "conversation", "metadata",
+        "created_at", "updated_at",
+    ),
+    "viewer": ("session_id", "user_id", "granted_at"),
+    "memory": ("scope", "scope_id", "key", "value", "created_at", "updated_at"),
+}
+_JSON_FIELDS: Final = {"metadata", "value"}
+
+
+def _side_record(where: str, kind: str, row: tuple[Any, ...]) -> dict[str, Any]:
+    record: dict[str, Any] = {"record": kind}
+    for field, value in zip(_SIDE_FIELDS[kind], row, strict=True):
+        if field in _JSON_FIELDS:
+            try:
+                value = json.loads(value)
+            except (ValueError, RecursionError) as error:
+                raise NotADatabase(
+                    f"{where} is damaged: a {kind} row does not hold valid JSON in {field} "
+                    f"({type(error).__name__})"
+                ) from None
+        record[field] = value
+    return record
 
 
 # ------------------------------------------------------------------------ import
@@ -280,12 +331,28 @@ class _Importer:
         self.waiting_weight = 0
         self.chunk_ids: set[str] = set()
         self.imported = self.healed = self.dropped = self.replaced = 0
+        self.side = dict.fromkeys(_SIDE_FIELDS, 0)  # sessions, viewers, memory values
 
     def add(self, number: int, record: object) -> None:
         if not isinstance(record, Mapping):
             raise InvalidImport(
                 number, f"a record must be a mapping (a JSON object), not {type(record).__name__}"
             )
+        if "flowdrop_export" in record:
+            version = record["flowdrop_export"]
+            if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+                raise InvalidImport(number, f"not a flowdrop_local export header: {version!r}")
+            if version > FORMAT_VERSION:
+                raise InvalidImport(
+                    number,
+                    f"written in export format {version}; this flowdrop_local reads up to "
+                    f"{FORMAT_VERSION}: upgrade flowdrop_local",
+                )
+            return
+        kind = record.get("record")
+        if kind is not None:
+            self._add_side(number, kind, record)
+            return
         address = tuple(record.get(part) for part in _ADDRESS)
         if not all(isinstance(part, str) and _encodable(part) for part in address) or not (
             address[0].strip() and address[2].strip()  # type: ignore[union-attr]
@@ -342,6 +409,56 @@ class _Importer:
                 number, message, given_id or new_message_id(), position, record.get("created_at")
             ),
         )
+
+    def _add_side(self, number: int, kind: object, record: Mapping[str, Any]) -> None:
+        """A session, viewer or memory line: checked, then inserted (or refused if present)."""
+        if kind not in _SIDE_FIELDS:
+            raise InvalidImport(number, f"unknown record kind {kind!r}")
+        fields = _SIDE_FIELDS[str(kind)]
+        values: list[Any] = []
+        for field in fields:
+            value = record.get(field)
+            if field in _JSON_FIELDS:
+                if field == "metadata" and not isinstance(value, dict):
+                    raise InvalidImport(number, f"{kind} {field} must be a JSON object")
+                try:
+                    value = json.dumps(value, ensure_ascii=False, allow_nan=False)
+                except (TypeError, ValueError, RecursionError) as error:
+                    raise InvalidImport(number, f"{kind} {field} is not JSON: {error}") from None
+            elif field == "conversation":
+                if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**31:
+                    raise InvalidImport(number, "session conversation must be a small integer")
+            elif field == "owner_id":
+                if value is not None and usable_identity(value) != value:
+                    raise InvalidImport(number, f"session owner {value!r} is not a usable identity")
+            elif not isinstance(value, str) or not _encodable(value):
+                raise InvalidImport(number, f"{kind} {field} must be a string")
+            values.append(value)
+        if (
+            kind == "memory"
+            and values[0] in IDENTITY_SCOPES
+            and usable_identity(values[1]) != values[1]
+        ):
+            raise InvalidImport(
+                number, f"the {values[0]} scope refuses {values[1]!r}: not a usable identity"
+            )
+        if kind == "session" and usable_identity(values[0]) != values[0]:
+            raise InvalidImport(number, f"session id {values[0]!r} is not canonical")
+        self._finish()  # a buffer in progress is done: its lines came in one run
+        key = tuple(values[: {"memory": 3, "viewer": 2, "session": 1}[str(kind)]])
+        if self.tx.one(f"{kind}_present", key) is not None:
+            if not self.replace:
+                raise InvalidImport(
+                    number, f"{kind} {'/'.join(map(str, key))} already exists (use --replace)"
+                )
+            self.tx.run(f"{kind}_remove", key)
+        try:
+            self.tx.run(f"import_{kind}", tuple(values))
+        except FlowdropError:
+            raise
+        except Exception as error:  # a constraint: a viewer of a session not in the store
+            raise InvalidImport(number, f"{kind}: {error}") from None
+        self.side[str(kind)] += 1
 
     def _place(self, run: _Run, pending: _Pending) -> None:
         """Keep the line's position, or hold it until its upper neighbour is known."""
@@ -466,7 +583,16 @@ class _Importer:
 
     def finish(self) -> ImportReport:
         self._finish()
-        return ImportReport(len(self.runs), self.imported, self.healed, self.dropped, self.replaced)
+        return ImportReport(
+            len(self.runs),
+            self.imported,
+            self.healed,
+            self.dropped,
+            self.replaced,
+            self.side["session"],
+            self.side["viewer"],
+            self.side["memory"],
+        )
 
 
 def import_records(

@@ -142,9 +142,15 @@ class Store:
         """
         self._backend.backup(_files.checked_path(path, "the backup target"))
 
-    def export(self, address: tuple[str, str, str] | None = None) -> Iterator[dict[str, Any]]:
-        """Export records (see :mod:`.portability`) of every buffer, or of one."""
-        return export_records(self._backend, address)
+    def export(
+        self, address: tuple[str, str, str] | None = None, *, full: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Export records (see :mod:`.portability`) of every buffer, or of one.
+
+        ``full``: export format 2, a header line, then every session, granted
+        viewer and memory value, then the messages (what ``copy`` moves).
+        """
+        return export_records(self._backend, address, full=full)
 
     def import_records(
         self, records: Iterable[Mapping[str, Any]], *, replace: bool = False

@@ -89,7 +89,9 @@ def test_cli_export_then_import(tmp_path: Path) -> None:
     assert [json.loads(line)["key"] for line in one.stdout.splitlines()] == ["notes"] * 3
     result = CliRunner().invoke(cli, ["--db", b, "import", str(tmp_path / "dump.jsonl")])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["imported"] == len(out.stdout.splitlines())
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert lines[0] == {"flowdrop_export": 2}  # the complete export: format 2
+    assert json.loads(result.stdout)["imported"] == sum("role" in line for line in lines)
     again = CliRunner().invoke(cli, ["--db", b, "import", str(tmp_path / "dump.jsonl")])
     assert again.exit_code == 2 and "already holds messages (use --replace)" in again.stderr
     replaced = CliRunner().invoke(

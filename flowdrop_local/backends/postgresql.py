@@ -242,6 +242,36 @@ SQL: dict[str, str] = {
         "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
         "ORDER BY b.scope COLLATE \"C\", b.scope_id COLLATE \"C\", b.key COLLATE \"C\", m.position"
     ),
+    # ------------------------------------------------- export format 2: the rest
+    "export_session": (
+        "SELECT id, workflow_id, name, owner_id, status, conversation, metadata, created_at, "
+        "updated_at FROM sessions ORDER BY id COLLATE \"C\""
+    ),
+    "export_viewer": (
+        "SELECT session_id, user_id, granted_at FROM session_viewers "
+        "ORDER BY session_id COLLATE \"C\", user_id COLLATE \"C\""
+    ),
+    "export_memory": (
+        "SELECT scope, scope_id, key, value, created_at, updated_at FROM memory "
+        "ORDER BY scope COLLATE \"C\", scope_id COLLATE \"C\", key COLLATE \"C\""
+    ),
+    "session_present": "SELECT 1 FROM sessions WHERE id = %s",
+    "session_remove": "DELETE FROM sessions WHERE id = %s",
+    "import_session": (
+        "INSERT INTO sessions (id, workflow_id, name, owner_id, status, conversation, metadata, "
+        "created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    ),
+    "viewer_present": "SELECT 1 FROM session_viewers WHERE session_id = %s AND user_id = %s",
+    "viewer_remove": "DELETE FROM session_viewers WHERE session_id = %s AND user_id = %s",
+    "import_viewer": (
+        "INSERT INTO session_viewers (session_id, user_id, granted_at) VALUES (%s, %s, %s)"
+    ),
+    "memory_present": "SELECT 1 FROM memory WHERE scope = %s AND scope_id = %s AND key = %s",
+    "memory_remove": "DELETE FROM memory WHERE scope = %s AND scope_id = %s AND key = %s",
+    "import_memory": (
+        "INSERT INTO memory (scope, scope_id, key, value, created_at, updated_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s)"
+    ),
     "used_ids": (
         "SELECT m.id, m.buffer_id, b.scope, b.scope_id, b.key FROM messages AS m "
         "JOIN buffers AS b ON b.id = m.buffer_id WHERE m.id = ANY(%s)"

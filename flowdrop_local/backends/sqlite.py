@@ -226,6 +226,35 @@ SQL: dict[str, str] = {
         "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
         "ORDER BY b.scope, b.scope_id, b.key, m.position"
     ),
+    # ------------------------------------------------- export format 2: the rest
+    "export_session": (
+        "SELECT id, workflow_id, name, owner_id, status, conversation, metadata, created_at, "
+        "updated_at FROM sessions ORDER BY id"
+    ),
+    "export_viewer": (
+        "SELECT session_id, user_id, granted_at FROM session_viewers ORDER BY session_id, user_id"
+    ),
+    "export_memory": (
+        "SELECT scope, scope_id, key, value, created_at, updated_at FROM memory "
+        "ORDER BY scope, scope_id, key"
+    ),
+    "session_present": "SELECT 1 FROM sessions WHERE id = ?",
+    "session_remove": "DELETE FROM sessions WHERE id = ?",
+    "import_session": (
+        "INSERT INTO sessions (id, workflow_id, name, owner_id, status, conversation, metadata, "
+        "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ),
+    "viewer_present": "SELECT 1 FROM session_viewers WHERE session_id = ? AND user_id = ?",
+    "viewer_remove": "DELETE FROM session_viewers WHERE session_id = ? AND user_id = ?",
+    "import_viewer": (
+        "INSERT INTO session_viewers (session_id, user_id, granted_at) VALUES (?, ?, ?)"
+    ),
+    "memory_present": "SELECT 1 FROM memory WHERE scope = ? AND scope_id = ? AND key = ?",
+    "memory_remove": "DELETE FROM memory WHERE scope = ? AND scope_id = ? AND key = ?",
+    "import_memory": (
+        "INSERT INTO memory (scope, scope_id, key, value, created_at, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, ?)"
+    ),
     "used_ids": (
         "SELECT m.id, m.buffer_id, b.scope, b.scope_id, b.key FROM messages AS m "
         "JOIN buffers AS b ON b.id = m.buffer_id WHERE m.id IN (SELECT value FROM json_each(?))"
