@@ -306,6 +306,7 @@ _STATE_AT = (
     "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = buffers.id AND answered_by IS NULL) "
     "FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s"
 )
+_READ_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
 
@@ -330,11 +331,15 @@ def schema_sql() -> str:
 class _PgTx(Tx):
     """A transaction on one pooled connection; writes wait for the next round trip."""
 
-    def __init__(self, backend: PostgresBackend, conn: psycopg.Connection[Any]) -> None:
+    def __init__(
+        self, backend: PostgresBackend, conn: psycopg.Connection[Any], begin: str | None
+    ) -> None:
         self._backend = backend
         self.conn = conn
         self.cursor = conn.cursor()
-        self._queued: list[tuple[str, Any, bool]] = []  # (sql, params, many)
+        self.begin = begin or "BEGIN"
+        # (sql, params, many); the BEGIN goes with the first statement, in its pipeline.
+        self._queued: list[tuple[str, Any, bool]] = [] if begin is None else [(begin, None, False)]
         self.fresh = True  # nothing sent yet: a lock timeout may restart the transaction
 
     # Writes are queued; every read sends them first, in one pipeline.
@@ -418,7 +423,7 @@ class _PgTx(Tx):
                 cursor.execute(state, state_params, prepare=True)
         except pg_errors.LockNotAvailable:
             # Nothing else was done in this transaction: start it again and wait.
-            self.conn.rollback()
+            _rollback(self.conn)
             log.warning(
                 "flowdrop_local: waited %.1f s for buffer %s/%s/%s on %s; still waiting",
                 warn_after,
@@ -426,6 +431,7 @@ class _PgTx(Tx):
                 self._backend.where,
             )
             with self.conn.pipeline():
+                cursor.execute(self.begin)
                 cursor.execute(lock, lock_params)
                 cursor.execute(state, state_params)
         return cursor.fetchone()
@@ -435,14 +441,12 @@ class _PgTx(Tx):
 
     def commit(self) -> None:
         """Send what is queued and the ``COMMIT`` in one pipeline: one round trip."""
-        queued, self._queued = self._queued, []
-        with self.conn.pipeline():
-            for text, values, many in queued:
-                if many:
-                    self.cursor.executemany(text, values)
-                else:
-                    self.cursor.execute(text, values, prepare=True)
-            self.conn.commit()
+        self._queued.append(("COMMIT", None, False))
+        self._send()
+
+    def raw(self, sql: str, params: Any = ()) -> list[Any]:
+        """Rows of a statement that is not a named one (maintenance: ``check``)."""
+        return self._send(sql, params).fetchall()
 
 
 class PostgresBackend(Backend):
@@ -483,7 +487,7 @@ class PostgresBackend(Backend):
             self.where = redact(target)
             try:
                 self._pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
-                    target, min_size=1, max_size=8, open=False, kwargs={"autocommit": False}
+                    target, min_size=1, max_size=8, open=False, kwargs={"autocommit": True}
                 )
                 self._pool.open(wait=True, timeout=30)
             except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
@@ -505,19 +509,20 @@ class PostgresBackend(Backend):
 
     def _prepare(self, create: bool) -> None:
         with self._pool.connection() as conn:
-            conn.autocommit = False
+            conn.autocommit = True  # a pool handed in by the application may differ
             version = _schema_version(conn, self.where)
             if version == SCHEMA_VERSION:
-                conn.rollback()
                 return
-            # Create it, serialised against other processes doing the same.
-            conn.execute("SELECT pg_advisory_xact_lock(4604935500)")
-            version = _schema_version(conn, self.where)
-            if version is None:
-                if not create:
-                    raise NotAFlowdropDatabase(f"{self.where} holds no flowdrop_local schema")
-                conn.execute(schema_sql().encode())
-            conn.commit()
+            with conn.transaction():
+                # Create it, serialised against other processes doing the same.
+                conn.execute("SELECT pg_advisory_xact_lock(4604935500)")
+                version = _schema_version(conn, self.where)
+                if version is None:
+                    if not create:
+                        raise NotAFlowdropDatabase(
+                            f"{self.where} holds no flowdrop_local schema"
+                        )
+                    conn.execute(schema_sql().encode())
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -553,7 +558,7 @@ class PostgresBackend(Backend):
     def write(self, *, keep_tails: bool = False) -> Iterator[Tx]:
         self.ensure_open()
         with self._pool.connection() as conn:
-            tx = _PgTx(self, conn)
+            tx = _PgTx(self, conn, "BEGIN")
             try:
                 yield tx
                 tx.commit()
@@ -565,18 +570,14 @@ class PostgresBackend(Backend):
     def read(self, *, snapshot: bool = True) -> Iterator[Tx]:
         self.ensure_open()
         with self._pool.connection() as conn:
-            if not snapshot:
-                conn.autocommit = True
-            elif conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            tx = _PgTx(self, conn)
+            # One statement alone is consistent: then no BEGIN/ROLLBACK, one round trip.
+            tx = _PgTx(self, conn, _READ_SNAPSHOT if snapshot else None)
             try:
                 yield tx
             except psycopg.Error as error:
                 raise self._translated(error) from None
             finally:
                 _rollback(conn)
-                conn.autocommit = False
 
     def _translated(self, error: BaseException) -> BaseException:
         if isinstance(error, pg_errors.ReadOnlySqlTransaction | pg_errors.InsufficientPrivilege):
@@ -597,7 +598,7 @@ class PostgresBackend(Backend):
         self.ensure_open()
         with self._pool.connection() as conn:
             try:
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                conn.execute(_READ_SNAPSHOT)
                 with conn.cursor(name="flowdrop_export") as cursor:
                     cursor.itersize = 500
                     cursor.execute(SQL[statement], _params(statement, params))
@@ -612,21 +613,19 @@ class PostgresBackend(Backend):
     def check(self) -> list[Violation]:
         with self.read() as tx:
             assert isinstance(tx, _PgTx)
-            violations = _schema_violations(tx.conn)
-            buffers = tx.cursor.execute(
-                "SELECT id, scope, scope_id, key, message_count FROM buffers"
-            ).fetchall()
+            violations = _schema_violations(tx)
+            buffers = tx.raw("SELECT id, scope, scope_id, key, message_count FROM buffers")
             for buffer_id, scope, scope_id, key, count in buffers:
-                messages = tx.cursor.execute(
+                messages = tx.raw(
                     "SELECT id, position, role, metadata, content FROM messages "
                     "WHERE buffer_id = %s ORDER BY position",
                     (buffer_id,),
-                ).fetchall()
-                ledger = tx.cursor.execute(
+                )
+                ledger = tx.raw(
                     "SELECT call_id, declared_by, ordinal, answered_by FROM tool_calls "
                     "WHERE buffer_id = %s",
                     (buffer_id,),
-                ).fetchall()
+                )
                 violations += check_rows(f"{scope}/{scope_id}/{key}", count, messages, ledger)
             return violations
 
@@ -643,8 +642,11 @@ class PostgresBackend(Backend):
 
 
 def _rollback(conn: psycopg.Connection[Any]) -> None:
+    """End a transaction the library began (connections are in autocommit mode)."""
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        return
     with contextlib.suppress(psycopg.Error):  # a broken connection: the pool replaces it
-        conn.rollback()
+        conn.execute("ROLLBACK")
 
 
 def _redacted(error: BaseException) -> str:
@@ -681,7 +683,7 @@ def _schema_version(conn: psycopg.Connection[Any], where: str) -> int | None:
     return version
 
 
-def _schema_violations(conn: psycopg.Connection[Any]) -> list[Violation]:
+def _schema_violations(tx: _PgTx) -> list[Violation]:
     """The schema check: every table of ours is there with its triggers."""
     found: list[Violation] = []
     expected_triggers = {
@@ -691,7 +693,7 @@ def _schema_violations(conn: psycopg.Connection[Any]) -> list[Violation]:
     }
     triggers = {
         row[0]
-        for row in conn.execute(
+        for row in tx.raw(
             "SELECT tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
             "WHERE NOT t.tgisinternal AND c.relnamespace = current_schema()::regnamespace "
             "AND c.relname IN ('buffers', 'messages', 'tool_calls', 'memory', 'sessions', "
