@@ -1,0 +1,131 @@
+"""Every statement on PostgreSQL's append and read paths is keyed by one buffer.
+
+So a deployment sharded by buffer (Citus, distributing ``messages`` and
+``tool_calls`` by ``buffer_id``) keeps each append and each read on one shard. The
+statements are recorded while a real workload runs (appends, healing, MEM-1/2/10,
+a window, pop, reads, paging), then each is EXPLAINed with the parameters it ran
+with: every scan of ``messages`` or ``tool_calls`` must name ``buffer_id`` in its
+index condition or filter.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowdrop_local import Store
+from flowdrop_local.backends import postgresql as pg
+from flowdrop_local.rules.pairing import placeholder_message
+
+ROOT = Path(__file__).resolve().parent.parent
+# The statements the engine and the buffer handle ask for, read from their source.
+_ASKED = re.compile(
+    r'"(?:one|all|run|write|many)",\s*"(\w+)"|tx\.(?:one|all|run|write|many)\(\s*"(\w+)"'
+)
+PATH_STATEMENTS = sorted(
+    {
+        name
+        for file in ("flowdrop_local/engine.py", "flowdrop_local/buffer.py")
+        for match in _ASKED.finditer((ROOT / file).read_text())
+        for name in match.groups()
+        if name
+    }
+    - {"message_for_removal"}  # the admin's look-up of a message by its id alone (README)
+)
+
+
+@pytest.fixture
+def recorded(
+    postgresql_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[list[tuple[str, Any]]]:
+    seen: list[tuple[str, Any]] = []
+    for kind in ("one", "all", "run", "write", "many"):
+        original = getattr(pg._PgTx, kind)
+
+        def spy(self: Any, statement: str, params: Any = (), _original: Any = original) -> Any:
+            seen.append((statement, params))
+            return _original(self, statement, params)
+
+        monkeypatch.setattr(pg._PgTx, kind, spy)
+    with Store(postgresql_url) as store:
+        buf = store.buffer("s", "", "k", window=12)
+        buf.append({"role": "user", "content": "q"})
+        buf.append({"role": "assistant", "tool_calls": [{"id": "c1"}, {"id": "c2"}]})
+        buf.append({"role": "tool", "tool_call_id": "c2", "content": "r2"})
+        buf.append({"role": "user", "content": "heals c1"})
+        buf.append({"role": "tool", "tool_call_id": "c1", "content": "late"})  # MEM-10
+        buf.append({"role": "tool", "tool_call_id": "c1", "content": "again"})  # MEM-1
+        buf.append({"role": "assistant", "tool_calls": [{"id": "c1"}]})  # MEM-2
+        buf.append({"role": "assistant", "tool_calls": [{"id": "h"}]})
+        buf.append(placeholder_message("h"))  # an imported placeholder, placed
+        buf.append([{"role": "user", "content": str(i)} for i in range(12)])  # evicts
+        buf.read(limit=5)
+        buf.read(limit=5, before=buf.messages()[-1].id)
+        buf.messages(limit=3)
+        len(buf)
+        buf.pop()
+        buf.read()
+        turn = store.buffer("s", "", "k").append({"role": "assistant", "tool_calls": [{"id": "p"}]})
+        with store.backend.write() as tx:
+            from flowdrop_local import engine
+
+            engine.drive(engine.remove_message(turn.message_ids[0]), tx)
+        other = store.buffer("s", "", "k2")
+        result = other.append(
+            [
+                {"role": "assistant", "tool_calls": [{"id": "z"}]},
+                {"role": "tool", "tool_call_id": "z", "content": "r"},
+                {"role": "user", "content": "after"},
+            ]
+        )
+        with store.backend.write() as tx:  # un-answers z before a user turn: healed at once
+            engine.drive(engine.remove_message(result.message_ids[1]), tx)
+        store.buffer("s", "", "k").clear()
+    monkeypatch.undo()
+    yield seen
+
+
+def _scans(plan: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(plan, dict):
+        scan = str(plan.get("Node Type", "")).endswith("Scan")  # not the ModifyTable of a write
+        if scan and plan.get("Relation Name") in ("messages", "tool_calls"):
+            yield plan
+        for value in plan.values():
+            yield from _scans(value)
+    elif isinstance(plan, list):
+        for item in plan:
+            yield from _scans(item)
+
+
+def test_append_and_read_statements_filter_on_the_buffer(
+    recorded: list[tuple[str, Any]], postgresql_url: str
+) -> None:
+    import psycopg
+
+    names = {name for name, _ in recorded}
+    assert set(PATH_STATEMENTS) - {"delete_placeholder", "add_count"} <= names, (
+        "the workload should reach every statement of the path"
+    )
+    with psycopg.connect(postgresql_url, autocommit=True) as conn:
+        statements = [
+            (pg.SQL[name], pg._params(name, p[0] if isinstance(p, list) else p))
+            for name, p in recorded
+            if name in PATH_STATEMENTS
+        ]
+        statements += [
+            (pg._LOCK_AT, ("s", "", "k")),
+            (pg._STATE_AT, ("s", "", "k")),
+            (pg._LOCK_ID, (1,)),
+            (pg._STATE, (1,)),
+        ]
+        for sql, params in statements:
+            plan = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0]  # type: ignore[index]
+            for scan in _scans(plan):
+                conditions = " ".join(
+                    str(scan.get(key, "")) for key in ("Index Cond", "Filter", "Recheck Cond")
+                )
+                assert "buffer_id" in conditions, (sql, scan)
