@@ -206,3 +206,36 @@ def test_appends_to_one_postgresql_buffer_from_threads_lose_nothing(postgresql_u
         assert sum(r["role"] == "user" for r in rows) == 200
         assert sum(r["metadata"].get("healed") is True for r in rows) == 200
         assert store.check() == []
+
+
+@pytest.mark.parametrize(
+    ("sql", "named"),
+    [
+        (
+            "CREATE FUNCTION mallory() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN INSERT INTO session_viewers (session_id, user_id) "
+            "VALUES (NEW.id, 'mallory'); RETURN NEW; END $$; "
+            "CREATE TRIGGER grant_mallory AFTER INSERT ON sessions "
+            "FOR EACH ROW EXECUTE FUNCTION mallory()",
+            "trigger grant_mallory",
+        ),
+        ("DROP TRIGGER messages_user_needs_answered_calls ON messages", "is missing"),
+        ("CREATE INDEX sneaky ON messages (content)", "index sneaky"),
+        ("DROP INDEX tool_calls_unanswered", "is missing"),
+    ],
+)
+def test_a_postgresql_schema_that_is_not_ours_is_refused_and_reported(
+    postgresql_url: str, sql: str, named: str
+) -> None:
+    """A trigger (or index) someone added on our tables, or one of ours dropped, is refused
+    on open (NotAFlowdropDatabase naming it) and reported by check() on an open store."""
+    import psycopg
+
+    from flowdrop_local import NotAFlowdropDatabase
+
+    with Store(postgresql_url) as store:
+        with psycopg.connect(postgresql_url, autocommit=True) as conn:
+            conn.execute(sql)  # type: ignore[arg-type]
+        assert any(named in v.detail for v in store.check())
+    with pytest.raises(NotAFlowdropDatabase, match=named):
+        Store(postgresql_url)

@@ -512,6 +512,7 @@ class PostgresBackend(Backend):
             conn.autocommit = True  # a pool handed in by the application may differ
             version = _schema_version(conn, self.where)
             if version == SCHEMA_VERSION:
+                self._verify(conn)
                 return
             with conn.transaction():
                 # Create it, serialised against other processes doing the same.
@@ -523,6 +524,16 @@ class PostgresBackend(Backend):
                             f"{self.where} holds no flowdrop_local schema"
                         )
                     conn.execute(schema_sql().encode())
+
+    def _verify(self, conn: psycopg.Connection[Any]) -> None:
+        """Refuse a database whose triggers or indexes on our tables are not ours."""
+        problems = _schema_violations(_PgTx(self, conn, None))
+        if problems:
+            shown = "; ".join(v.detail for v in problems[:3])
+            more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+            raise NotAFlowdropDatabase(
+                f"{self.where} has a schema flowdrop_local did not make: {shown}{more}"
+            )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -683,25 +694,45 @@ def _schema_version(conn: psycopg.Connection[Any], where: str) -> int | None:
     return version
 
 
+_OUR_TABLES = ("buffers", "messages", "tool_calls", "memory", "sessions", "session_viewers")
+_OURS = "c.relnamespace = current_schema()::regnamespace AND c.relname = ANY(%s)"
+
+
+@functools.cache
+def _declared(kind: str) -> frozenset[str]:
+    """The names of the triggers or indexes postgresql.sql declares."""
+    pattern = r"CREATE TRIGGER (\w+)" if kind == "trigger" else r"CREATE (?:UNIQUE )?INDEX (\w+)"
+    return frozenset(re.findall(pattern, schema_sql()))
+
+
 def _schema_violations(tx: _PgTx) -> list[Violation]:
-    """The schema check: every table of ours is there with its triggers."""
-    found: list[Violation] = []
-    expected_triggers = {
-        "messages_count_delete",
-        "messages_user_needs_answered_calls",
-        "messages_place_is_fixed",
-    }
+    """The schema check: our triggers and indexes are there, and no one else's on our tables.
+
+    Another trigger on our tables would run inside the library's transactions; an
+    index of someone else's changes no result but is reported too. Indexes that
+    back a key or unique constraint are the tables' own.
+    """
     triggers = {
         row[0]
         for row in tx.raw(
-            "SELECT tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
-            "WHERE NOT t.tgisinternal AND c.relnamespace = current_schema()::regnamespace "
-            "AND c.relname IN ('buffers', 'messages', 'tool_calls', 'memory', 'sessions', "
-            "'session_viewers')"
+            "SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+            f"WHERE NOT t.tgisinternal AND {_OURS}",
+            (list(_OUR_TABLES),),
         )
     }
-    for name in sorted(expected_triggers - triggers):
-        found.append(Violation("schema", f"trigger {name} is missing"))
-    for name in sorted(triggers - expected_triggers):
-        found.append(Violation("schema", f"trigger {name} on our tables is not ours"))
+    indexes = {
+        row[0]
+        for row in tx.raw(
+            "SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+            f"JOIN pg_class c ON c.oid = x.indrelid WHERE {_OURS} "
+            "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid)",
+            (list(_OUR_TABLES),),
+        )
+    }
+    found: list[Violation] = []
+    for kind, present in (("trigger", triggers), ("index", indexes)):
+        for name in sorted(_declared(kind) - present):
+            found.append(Violation("schema", f"{kind} {name} is missing"))
+        for name in sorted(present - _declared(kind)):
+            found.append(Violation("schema", f"{kind} {name} on our tables is not ours"))
     return found
