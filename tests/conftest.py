@@ -24,7 +24,13 @@ def spec_examples(rule: str) -> list[dict[str, Any]]:
 
 
 def snapshot(path: Path | str) -> list[tuple[str, list[tuple[Any, ...]]]]:
-    """Every table's rows and the header pragmas, read through a separate connection."""
+    """Every table's rows and the header pragmas, read through a separate connection.
+
+    ``path`` may also be a PostgreSQL URL (the ``target`` fixture): then every table
+    of its schema, ``flowdrop_meta`` included.
+    """
+    if str(path).startswith("postgresql://"):
+        return _postgresql_snapshot(str(path))
     conn = sqlite3.connect(path)
     try:
         tables = [
@@ -110,3 +116,29 @@ def store(request: pytest.FixtureRequest) -> Iterator[Store]:
     target = ":memory:" if request.param == "sqlite" else request.getfixturevalue("postgresql_url")
     with Store(target) as s:
         yield s
+
+
+def _postgresql_snapshot(url: str) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [
+            row[0]
+            for row in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+                "ORDER BY tablename"
+            )
+        ]
+        return [
+            (table, sorted(conn.execute(f'SELECT * FROM "{table}"').fetchall(), key=repr))
+            for table in tables
+        ]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database to open with ``Store(target)``: a SQLite file, or a PostgreSQL URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "chat.db")
+    url: str = request.getfixturevalue("postgresql_url")
+    return url

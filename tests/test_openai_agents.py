@@ -67,8 +67,8 @@ def run(coroutine: Any) -> Any:
 
 
 @pytest.fixture
-def session(db_path: Path) -> Any:
-    s = Session("conv-1", db_path)
+def session(target: str) -> Any:
+    s = Session("conv-1", target)
     yield s
     s.close()
 
@@ -142,10 +142,10 @@ def test_repeated_items_are_dropped_by_the_buffer_rules(session: Session) -> Non
 
 
 @pytest.mark.parametrize("bad_id", ["", "  ", "0", "-3"])
-def test_an_unusable_session_id_is_refused(db_path: Path, bad_id: str) -> None:
+def test_an_unusable_session_id_is_refused(target: str, bad_id: str) -> None:
     """A session buffer needs a real identity (MEM-6, MEM-13); SQLiteSession would store these."""
     with pytest.raises(InvalidAddress):
-        Session(bad_id, db_path)
+        Session(bad_id, target)
     sqlite = SQLiteSession(bad_id)
     run(sqlite.add_items([USER]))
     assert run(sqlite.get_items()) == [USER]
@@ -158,11 +158,11 @@ def test_an_unusable_session_id_is_refused(db_path: Path, bad_id: str) -> None:
 @pytest.mark.parametrize("limit", [None, 0, 1, 3, 7, 100, -1])
 @pytest.mark.parametrize("settings_limit", [None, 2, 0])
 def test_limits_read_as_sqlite_session_reads_them(
-    db_path: Path, limit: int | None, settings_limit: int | None
+    target: str, limit: int | None, settings_limit: int | None
 ) -> None:
     """get_items(limit) gives what SQLiteSession gives: last N in order, 0 none, negative all."""
     settings = {"limit": settings_limit}
-    ours = Session("conv-1", db_path, session_settings=settings)
+    ours = Session("conv-1", target, session_settings=settings)
     theirs = SQLiteSession("conv-1", session_settings=settings)
     try:
         for s in (ours, theirs):
@@ -204,10 +204,10 @@ def test_popping_a_result_unanswers_its_call(session: Session) -> None:
     }
 
 
-def test_several_sessions_share_one_file(db_path: Path) -> None:
+def test_several_sessions_share_one_file(target: str) -> None:
     """Sessions are isolated by id, in one file or one Store; clearing one leaves others."""
-    a, b = Session("a", db_path), Session("b", db_path)
-    with Store(db_path) as store:
+    a, b = Session("a", target), Session("b", target)
+    with Store(target) as store:
         c = Session("c", store)
         run(a.add_items([USER]))
         run(b.add_items([OUTPUT | {"call_id": "other"}, USER]))
@@ -331,10 +331,10 @@ def test_sqlite_session_leaves_the_output_far_from_its_call() -> None:
 # ------------------------------------------- placeholders, pops, limits (issue 10)
 
 
-def test_a_placeholder_copied_to_another_session_stays_a_placeholder(db_path: Path) -> None:
+def test_a_placeholder_copied_to_another_session_stays_a_placeholder(target: str) -> None:
     """get_items() of a healed call, added to a second session, keeps the healed mark there:
     the real output arriving later replaces it (MEM-10) instead of being dropped (MEM-1)."""
-    first, second = Session("a", db_path), Session("b", db_path)
+    first, second = Session("a", target), Session("b", target)
     try:
         run(first.add_items([USER, CALL, {"role": "user", "content": "moving on"}]))
         copied = run(first.get_items())

@@ -8,10 +8,11 @@ end and must read the same.
 from __future__ import annotations
 
 import copy
-import tempfile
-from pathlib import Path
+import uuid
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -162,6 +163,21 @@ def check_healed(history: list[dict[str, Any]]) -> None:
             )
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def fresh(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[], tuple[str, str]]:
+    """A database and a buffer key no example used before, on each backend.
+
+    SQLite: a new file per example. PostgreSQL: one schema for the test, and a new
+    buffer key per example (a schema per example would cost more than the example).
+    """
+    if request.param == "sqlite":
+        return lambda: (str(tmp_path_factory.mktemp("example") / "p.db"), "k")
+    url: str = request.getfixturevalue("postgresql_url")
+    return lambda: (url, uuid.uuid4().hex)
+
+
 @settings(
     max_examples=150,
     deadline=None,
@@ -170,44 +186,48 @@ def check_healed(history: list[dict[str, Any]]) -> None:
 @given(
     st.lists(st.tuples(st.lists(messages(), min_size=1, max_size=4), st.booleans()), max_size=14)
 )
-def test_random_sequences_match_the_model(steps: list[tuple[list[dict[str, Any]], bool]]) -> None:
+def test_random_sequences_match_the_model(
+    fresh: Callable[[], tuple[str, str]], steps: list[tuple[list[dict[str, Any]], bool]]
+) -> None:
     """Random batches and single appends give the model's buffer; healing invariants hold."""
     model = Model()
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "p.db"
-        with Store(path) as store:
-            buffer = store.buffer("session", "s", "k")
-            for batch, as_batch in steps:
-                if as_batch:
-                    result = buffer.append(batch)
-                else:
-                    for message in batch:
-                        result = buffer.append(message)
+    path, key = fresh()
+    with Store(path) as store:
+        buffer = store.buffer("session", "s", key)
+        for batch, as_batch in steps:
+            if as_batch:
+                result = buffer.append(batch)
+            else:
                 for message in batch:
-                    model.append(message)
-                history = buffer.read()
-                assert history == model.items
-                assert result.count == len(history) == len(buffer)
-                if any(m["role"] == "user" for m in batch):
-                    last_user = max(i for i, m in enumerate(history) if m["role"] == "user")
-                    check_healed(history[: last_user + 1])
-                stored = buffer.messages()
-                positions = [m.position for m in stored]
-                assert positions == sorted(positions) and len(set(positions)) == len(positions)
-                assert all(is_valid_key(p) for p in positions)
-            final = buffer.read()
-        with Store(path) as reopened:
-            assert reopened.buffer("session", "s", "k").read() == final
+                    result = buffer.append(message)
+            for message in batch:
+                model.append(message)
+            history = buffer.read()
+            assert history == model.items
+            assert result.count == len(history) == len(buffer)
+            if any(m["role"] == "user" for m in batch):
+                last_user = max(i for i, m in enumerate(history) if m["role"] == "user")
+                check_healed(history[: last_user + 1])
+            stored = buffer.messages()
+            positions = [m.position for m in stored]
+            assert positions == sorted(positions) and len(set(positions)) == len(positions)
+            assert all(is_valid_key(p) for p in positions)
+        final = buffer.read()
+    with Store(path) as reopened:
+        assert reopened.buffer("session", "s", key).read() == final
 
 
-@settings(max_examples=60, deadline=None)
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(messages(), max_size=20))
 def test_a_result_appended_right_after_its_call_stays_in_its_tool_run(
-    sequence: list[dict[str, Any]],
+    fresh: Callable[[], tuple[str, str]], sequence: list[dict[str, Any]]
 ) -> None:
     """Results appended straight after their call, then a user turn: all stay adjacent."""
-    with Store(":memory:") as store:
-        buffer = store.buffer("session", "s", "k")
+    path, key = fresh()
+    with Store(path) as store:
+        buffer = store.buffer("session", "s", key)
         for message in sequence:
             buffer.append(message)
         buffer.append(
@@ -236,7 +256,7 @@ def test_a_result_appended_right_after_its_call_stays_in_its_tool_run(
 @settings(
     max_examples=150,
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     st.sampled_from([2, 3, 5]),
@@ -249,12 +269,15 @@ def test_a_result_appended_right_after_its_call_stays_in_its_tool_run(
     ),
 )
 def test_windows_and_pops_match_the_model(
-    window: int, steps: list[tuple[str, list[dict[str, Any]]]]
+    fresh: Callable[[], tuple[str, str]],
+    window: int,
+    steps: list[tuple[str, list[dict[str, Any]]]],
 ) -> None:
     """A windowed buffer evicts, pops and heals like the model; the checker stays clean."""
     model = Model()
-    with Store(":memory:") as store:
-        buffer = store.buffer("session", "s", "k", window=window)
+    path, key = fresh()
+    with Store(path) as store:
+        buffer = store.buffer("session", "s", key, window=window)
         for action, batch in steps:
             if action == "pop":
                 popped = buffer.pop()

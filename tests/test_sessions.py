@@ -51,7 +51,7 @@ PRINCIPALS = {
 @attrs.frozen
 class World:
     store: Store
-    path: Path
+    path: Path | str
     owned: Session
     ownerless: Session
     owned_message: str
@@ -59,9 +59,11 @@ class World:
 
 
 @pytest.fixture
-def world(db_path: Path) -> Iterator[World]:
-    """alice's session and an ownerless one; bob may view both; each holds one turn."""
-    with Store(db_path) as store:
+def world(target: str) -> Iterator[World]:
+    """alice's session and an ownerless one; bob may view both; each holds one turn.
+
+    On each backend: a SQLite file and a PostgreSQL schema."""
+    with Store(target) as store:
         alice, admin = store.sessions(ALICE), store.sessions(ADMIN)
         owned = alice.create("wf-support", name="alice's chat")
         alice.grant(owned.id, "bob")
@@ -71,7 +73,7 @@ def world(db_path: Path) -> Iterator[World]:
         admin.drive(ownerless.id, {"role": "user", "content": "someone says hi"})
         yield World(
             store,
-            db_path,
+            target,
             owned,
             ownerless,
             admin.messages(owned.id)[0].id,
@@ -507,9 +509,9 @@ def _healed_session(store: Store) -> tuple[Any, Any]:
     return admin, session
 
 
-def test_deleting_a_declaring_turn_takes_its_placeholders(db_path: Path) -> None:
+def test_deleting_a_declaring_turn_takes_its_placeholders(target: str) -> None:
     """An admin deleting a turn leaves no placeholder for a call nobody declares."""
-    with Store(db_path) as store:
+    with Store(target) as store:
         admin, session = _healed_session(store)
         turn = admin.messages(session.id)[0]
         admin.delete_message(turn.id)
@@ -520,9 +522,9 @@ def test_deleting_a_declaring_turn_takes_its_placeholders(db_path: Path) -> None
         assert store.check() == []
 
 
-def test_deleting_a_result_heals_its_call_at_once(db_path: Path) -> None:
+def test_deleting_a_result_heals_its_call_at_once(target: str) -> None:
     """A deleted real result un-answers its call before a user turn: healed in the same write."""
-    with Store(db_path) as store:
+    with Store(target) as store:
         admin, session = _healed_session(store)
         result = next(m for m in admin.messages(session.id) if m.tool_call_id == "c2")
         admin.delete_message(result.id)
@@ -536,15 +538,15 @@ def test_deleting_a_result_heals_its_call_at_once(db_path: Path) -> None:
         assert store.check() == []
 
 
-def test_a_placeholder_is_not_edited(db_path: Path) -> None:
+def test_a_placeholder_is_not_edited(target: str) -> None:
     """An admin edit of a placeholder is refused; the real result replaces it by an append."""
-    with Store(db_path) as store:
+    with Store(target) as store:
         admin, session = _healed_session(store)
         placeholder = next(m for m in admin.messages(session.id) if m.healed)
-        before = snapshot(db_path)
+        before = snapshot(target)
         with pytest.raises(InvalidMessage, match="replaced by appending"):
             admin.update_message(placeholder.id, "edited")
-        assert snapshot(db_path) == before
+        assert snapshot(target) == before
 
 
 # ------------------------------------------------ one snapshot, one answer (issue 10 D)
@@ -577,9 +579,19 @@ def test_a_revoke_and_a_turn_committed_mid_read_are_not_seen(world: World, read:
     assert len(world.store.sessions(ADMIN).messages(world.owned.id)) == 2
 
 
-def _plant_lookalike_session(path: Path, victim_id: str, owner: str) -> str:
+def _plant_lookalike_session(path: Path | str, victim_id: str, owner: str) -> str:
     """A hostile file: a sessions row whose id trims to the victim's (CHECKs bypassed)."""
     lookalike = " " + victim_id
+    if str(path).startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(str(path), autocommit=True) as pg:
+            pg.execute("ALTER TABLE sessions DROP CONSTRAINT sessions_id_check")
+            pg.execute(
+                "INSERT INTO sessions (id, workflow_id, owner_id) VALUES (%s, 'wf', %s)",
+                (lookalike, owner),
+            )
+        return lookalike
     conn = sqlite3.connect(path)
     try:
         conn.execute("PRAGMA ignore_check_constraints = ON")
