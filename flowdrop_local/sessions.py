@@ -209,11 +209,17 @@ class Sessions:
     # ---------------------------------------------------------------- helpers
 
     @staticmethod
-    def _load(tx: Tx, session_id: str | None) -> tuple[Session, SessionFacts] | None:
-        """The session with this canonical id, or None (a None id names no session)."""
+    def _load(
+        tx: Tx, session_id: str | None, *, lock: bool = False
+    ) -> tuple[Session, SessionFacts] | None:
+        """The session with this canonical id, or None (a None id names no session).
+
+        ``lock``: in a write, lock the session's row until the commit, so no revoke,
+        stop or grant can commit between the decision and the write it allows.
+        """
         if session_id is None:
             return None
-        row = tx.one("session_load", (session_id,))
+        row = tx.one("session_lock" if lock else "session_load", (session_id,))
         return None if row is None else _row_to_session(row)
 
     def _require(
@@ -242,7 +248,7 @@ class Sessions:
         """Decide ``action``, run ``statement`` with ``(*args, session id)``, in one transaction."""
         sid = _session_id(session_id)
         with self.db.write() as tx:
-            self._require(action, self._load(tx, sid), sid)
+            self._require(action, self._load(tx, sid, lock=True), sid)
             tx.write(statement, (*args, sid))
             tx.write("session_touch", (sid,))
             loaded = self._load(tx, sid)
@@ -372,7 +378,7 @@ class Sessions:
         sid = _session_id(session_id)
         batch = validate_batch(messages)  # bad input is refused before any decision
         with self.db.write() as tx:
-            session = self._require("drive", self._load(tx, sid), sid)
+            session = self._require("drive", self._load(tx, sid, lock=True), sid)
             if session.status != "active":
                 raise SessionStopped(f"session {sid} is {session.status}; resume it first")
             context = context_for(session)
@@ -428,7 +434,7 @@ class Sessions:
         home = tx.one("message_home", (message_id,))
         if home is None or home[0] != "session" or usable_identity(home[1]) != home[1]:
             return None
-        return self._load(tx, home[1])
+        return self._load(tx, home[1], lock=True)  # only the admin's writes ask
 
     def update_message(self, message_id: str, content: _Content) -> Message:
         """Replace a session message's content (admin only, MEM-15).

@@ -706,3 +706,36 @@ def test_an_admin_keeps_the_precise_code(world: World) -> None:
         with pytest.raises(AccessDenied) as denied:
             call()
         assert denied.value.error_code == "session_unavailable"
+
+
+def test_a_revoke_waits_for_a_drive_that_was_allowed(target: str) -> None:
+    """The drive locks the session row from its decision to its commit (on PostgreSQL
+    FOR UPDATE, on SQLite the file's write lock): a revoke from another store waits."""
+    import threading
+    import time
+
+    with Store(target) as store:
+        alice = store.sessions(ALICE)
+        session = alice.create("wf")
+        alice.grant(session.id, "bob")
+        revoked = threading.Event()
+        waited: list[bool] = []
+
+        def revoke() -> None:
+            with Store(target) as other:
+                other.sessions(ALICE).revoke(session.id, "bob")
+            revoked.set()
+
+        def hook(request: Any) -> bool:
+            if request.action == "drive" and not waited:
+                worker = threading.Thread(target=revoke)
+                worker.start()
+                time.sleep(0.5)  # the revoke is sent and must now wait for the lock
+                waited.append(not revoked.is_set())
+            return True
+
+        store.add_access_hook(hook)
+        alice.drive(session.id, TURN)
+        revoked.wait(30)
+        assert waited == [True] and revoked.is_set()
+        assert alice.viewers(session.id) == []

@@ -198,9 +198,10 @@ SQL: dict[str, str] = {
     ),
     "memory_delete": "DELETE FROM memory WHERE scope = %s AND scope_id = %s AND key = %s",
     # --------------------------------------------------------------- sessions
+    "session_load": f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = %s",
     # Loaded FOR UPDATE in a write: a revoke cannot commit between a decision
     # and the write that acts on it.
-    "session_load": f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = %s",
+    "session_lock": f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = %s FOR UPDATE",
     "session_insert": (
         "INSERT INTO sessions (id, workflow_id, name, owner_id, metadata) "
         "VALUES (%s, %s, %s, %s, %s)"

@@ -185,6 +185,8 @@ SQL: dict[str, str] = {
     "memory_delete": "DELETE FROM memory WHERE scope = ? AND scope_id = ? AND key = ?",
     # --------------------------------------------------------------- sessions
     "session_load": f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?",
+    # A write holds SQLite's lock of the whole file: the plain read is locked already.
+    "session_lock": f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?",
     "session_insert": (
         "INSERT INTO sessions (id, workflow_id, name, owner_id, metadata) VALUES (?, ?, ?, ?, ?)"
     ),
