@@ -187,24 +187,34 @@ def test_a_foreign_postgresql_database_is_refused(postgresql_url: str) -> None:
 
 
 def test_appends_to_one_postgresql_buffer_from_threads_lose_nothing(postgresql_url: str) -> None:
-    """8 threads share one Store (a pool): every turn is there, every call answered once."""
+    """8 threads share one Store (a pool), starting together on a buffer that does not
+    exist yet (the creation race), 12 times: no append fails, every turn is there,
+    every call is answered once."""
     import threading
 
+    errors: list[BaseException] = []
     with Store(postgresql_url) as store:
-        def work(n: int) -> None:
-            buffer = store.buffer("s", "", "shared")
-            for i in range(25):
-                buffer.append({"role": "assistant", "tool_calls": [{"id": f"t{n}-{i}"}]})
-                buffer.append({"role": "user", "content": f"{n}-{i}"})
+        for round_ in range(12):
+            key = f"shared-{round_}"
 
-        threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        rows = store.buffer("s", "", "shared").read()
-        assert sum(r["role"] == "user" for r in rows) == 200
-        assert sum(r["metadata"].get("healed") is True for r in rows) == 200
+            def work(n: int, key: str = key) -> None:
+                try:
+                    buffer = store.buffer("s", "", key)
+                    for i in range(5):
+                        buffer.append({"role": "assistant", "tool_calls": [{"id": f"t{n}-{i}"}]})
+                        buffer.append({"role": "user", "content": f"{n}-{i}"})
+                except BaseException as error:  # a thread's error would otherwise vanish
+                    errors.append(error)
+
+            threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert errors == []
+            rows = store.buffer("s", "", key).read()
+            assert sum(r["role"] == "user" for r in rows) == 40
+            assert sum(r["metadata"].get("healed") is True for r in rows) == 40
         assert store.check() == []
 
 
@@ -239,3 +249,28 @@ def test_a_postgresql_schema_that_is_not_ours_is_refused_and_reported(
         assert any(named in v.detail for v in store.check())
     with pytest.raises(NotAFlowdropDatabase, match=named):
         Store(postgresql_url)
+
+
+def test_an_unreachable_server_is_a_typed_error_without_the_password() -> None:
+    """Nothing listens on port 1: NotADatabase at once, and the password never shows."""
+    import time
+
+    from flowdrop_local import NotADatabase
+
+    started = time.monotonic()
+    with pytest.raises(NotADatabase) as failed:
+        Store("postgresql://app:hunter2@127.0.0.1:1/chat")
+    assert "hunter2" not in str(failed.value) and "app:***@" in str(failed.value)
+    assert time.monotonic() - started < 10
+
+
+def test_a_pool_the_application_has_is_used_and_left_open(postgresql_url: str) -> None:
+    """Store(pool) works through the application's pool; closing the store keeps the pool."""
+    from psycopg_pool import ConnectionPool
+
+    with ConnectionPool(postgresql_url, min_size=1, max_size=2, open=True) as pool:
+        with Store(pool) as store:
+            assert store.backend.kind == "postgresql"
+            store.buffer("s", "", "k").append({"role": "user", "content": "hi"})
+        with pool.connection() as conn:
+            assert conn.execute("SELECT count(*) FROM messages").fetchone() == (1,)

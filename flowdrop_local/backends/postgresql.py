@@ -392,35 +392,40 @@ class _PgTx(Tx):
             _LOCK_ID,
             (known_id,),
         )
-        row = self._locked_state(lock, lock_params, known_id, (scope, scope_id, key))
-        if row is None:  # a new buffer: create it, then lock it
-            self.cursor.execute(SQL["create_buffer"], (scope, scope_id, key))
-            row = self._locked_state(_LOCK_AT, (scope, scope_id, key), None, (scope, scope_id, key))
-            assert row is not None
+        address = (scope, scope_id, key)
+        locked, row = self._locked_state(lock, lock_params, known_id, address)
+        while locked is None:
+            # Not locked: the buffer is new (create it), or another transaction
+            # committed it between the lock and the state statement: lock it now.
+            if row is None:
+                self.cursor.execute(SQL["create_buffer"], address)
+            locked, row = self._locked_state(_LOCK_AT, address, None, address)
         buffer_id, count, tail, dangling = row
         return BufferState(buffer_id, count, tail, bool(dangling))
 
     def _locked_state(
         self, lock: str, lock_params: Any, known_id: int | None, address: tuple[str, str, str]
-    ) -> Any:
+    ) -> tuple[Any, Any]:
         """Lock the buffer row, then read its state in a statement of its own.
 
         Both go in one pipeline; at READ COMMITTED the second statement takes its
         snapshot after the lock was granted, so it sees every append before ours.
+        Returns (the locked row or None, the state or None): the state of a row the
+        lock did not find (committed meanwhile) is not to be trusted.
         """
         state, state_params = (_STATE_AT, address) if known_id is None else (_STATE, (known_id,))
         warn_after = self._backend.lock_warning_after
         fresh = self.fresh
         self.fresh = False
-        cursor = self.cursor
+        locking, cursor = self.conn.cursor(), self.cursor
         queued, self._queued = self._queued, []
         try:
             with self.conn.pipeline():
-                for text, values, many in queued:  # none on an append
+                for text, values, many in queued:  # the BEGIN
                     (cursor.executemany if many else cursor.execute)(text, values)
                 if fresh:
                     cursor.execute(f"SET LOCAL lock_timeout = {int(warn_after * 1000)}")
-                cursor.execute(lock, lock_params, prepare=True)
+                locking.execute(lock, lock_params, prepare=True)
                 cursor.execute(state, state_params, prepare=True)
         except pg_errors.LockNotAvailable:
             # Nothing else was done in this transaction: start it again and wait.
@@ -433,9 +438,9 @@ class _PgTx(Tx):
             )
             with self.conn.pipeline():
                 cursor.execute(self.begin)
-                cursor.execute(lock, lock_params)
+                locking.execute(lock, lock_params)
                 cursor.execute(state, state_params)
-        return cursor.fetchone()
+        return locking.fetchone(), cursor.fetchone()
 
     def remember(self, state: BufferState) -> None:
         """PostgreSQL reads the state under the row lock each time: nothing to keep."""
@@ -487,6 +492,9 @@ class PostgresBackend(Backend):
         if isinstance(target, str):
             self.where = redact(target)
             try:
+                # One direct connection first: a server that is not there fails now,
+                # with libpq's reason, instead of after the pool's retries.
+                psycopg.connect(target, connect_timeout=10).close()
                 self._pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
                     target, min_size=1, max_size=8, open=False, kwargs={"autocommit": True}
                 )
