@@ -69,7 +69,15 @@ _SESSION_COLUMNS = (
     "(SELECT coalesce(json_agg(user_id), '[]')::text FROM session_viewers "
     "WHERE session_id = sessions.id)"
 )
+# The messages of the buffer at an address (scope, scope_id, key), in one statement.
+# A sub-select, not a join: the planner then walks (buffer_id, position) backwards
+# for a LIMIT instead of sorting the whole buffer.
 _AT = (
+    "messages AS m WHERE m.buffer_id = "
+    "(SELECT id FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s)"
+)
+# export_one names the address in its rows: a join.
+_JOINED_AT = (
     "buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
     "WHERE b.scope = %s AND b.scope_id = %s AND b.key = %s"
 )
@@ -280,7 +288,7 @@ SQL: dict[str, str] = {
     "export_one": (
         "SELECT b.scope, b.scope_id, b.key, m.id, m.position, m.role, m.content, "
         "m.content_parts, m.metadata, m.created_at "
-        f"FROM {_AT} ORDER BY m.position"
+        f"FROM {_JOINED_AT} ORDER BY m.position"
     ),
 }
 

@@ -57,10 +57,10 @@ _SESSION_COLUMNS = (
     "(SELECT json_group_array(user_id) FROM session_viewers WHERE session_id = sessions.id)"
 )
 
-# The messages of the buffer at an address (scope, scope_id, key): one statement.
+# The messages of the buffer at an address (scope, scope_id, key), in one statement.
 _AT = (
-    "buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
-    "WHERE b.scope = ? AND b.scope_id = ? AND b.key = ?"
+    "messages AS m WHERE m.buffer_id = "
+    "(SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?)"
 )
 
 # The named statements of the engine and the handles, in SQLite's dialect
