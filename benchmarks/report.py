@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .core import APPEND, COLD, HEAL_1, HEAL_10, IMPORT, READ, WORKLOADS, Cell, fmt_bytes, fmt_ns
 
-SECTIONS = ("keys", "hotspots")
+SECTIONS = ("keys", "hotspots", "postgresql")
 """Sections other scripts own, kept when the suite rewrites the report."""
 _ROOT = Path(__file__).resolve().parent.parent
 _PACKAGES = (
@@ -33,8 +33,10 @@ _PACKAGES = (
 _ORDER = (
     "flowdrop-normal",
     "flowdrop-full",
+    "flowdrop",
     "raw-normal",
     "raw-full",
+    "raw",
     "agents",
     "langchain",
     "langgraph",
