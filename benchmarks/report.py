@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .core import APPEND, COLD, HEAL_1, HEAL_10, IMPORT, READ, WORKLOADS, Cell, fmt_bytes, fmt_ns
 
-SECTIONS = ("keys", "hotspots", "memory")
+SECTIONS = ("keys", "hotspots", "memory", "postgresql")
 """Sections other scripts own, kept when the suite rewrites the report."""
 _ROOT = Path(__file__).resolve().parent.parent
 _PACKAGES = (
@@ -34,8 +34,10 @@ _PACKAGES = (
 _ORDER = (
     "flowdrop-normal",
     "flowdrop-full",
+    "flowdrop",
     "raw-normal",
     "raw-full",
+    "raw",
     "agents",
     "langchain",
     "langgraph",

@@ -29,7 +29,7 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
-from . import report
+from . import postgresql, report
 from .core import (
     APPEND,
     COLD,
@@ -61,7 +61,8 @@ _WORKLOAD_NAMES = {
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="flowdrop_local vs raw sqlite3 vs the peer libraries (issue 4).",
+        description="flowdrop_local vs raw sqlite3 vs the peer libraries (issue 4); "
+        "with --postgresql, vs raw psycopg and the peers' PostgreSQL stores (issue 9).",
     )
     parser.add_argument(
         "--quick",
@@ -89,11 +90,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", help="markdown report (benchmarks/RESULTS.md; none with --quick)")
     parser.add_argument("--seed", type=int, default=4, help="seed of the round shuffles (4)")
     parser.add_argument("--workdir", help="where the database files go (a temporary directory)")
+    postgresql.add_arguments(parser)
     args = parser.parse_args(argv)
     quick = args.quick
-    args.sizes = [
-        int(s) for s in (args.sizes or ("100,10000" if quick else "100,10000,100000")).split(",")
-    ]
+    sizes = ("100,10000" if quick else "100,10000,100000") if not args.postgresql else "100,100000"
+    args.sizes = [int(s) for s in (args.sizes or sizes).split(",")]
+    args.contention_rounds = args.contention_rounds or (7 if quick else 9)
+    args.contention_appends = args.contention_appends or (10 if quick else 40)
     args.rounds = args.rounds or (12 if quick else 50)
     args.budget = args.budget or (1.0 if quick else 30.0)
     args.import_size = args.import_size or (10_000 if quick else 100_000)
@@ -104,6 +107,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         args.workloads = [_WORKLOAD_NAMES[w] for w in args.workloads.split(",")]
     except KeyError as error:
         parser.error(f"unknown workload {error}; choose from {', '.join(_WORKLOAD_NAMES)}")
+    if args.postgresql:  # no batch import there: each round would need a schema of its own
+        args.workloads = [w for w in args.workloads if w in postgresql.WORKLOADS]
     return args
 
 
@@ -284,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks" + "".join(
         f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv)
     )
+    if args.postgresql:
+        return postgresql.main(args, command)
     systems, missing = select(args.systems.split(","))
     for name, why in missing.items():
         print(f"skipping {name}: {why}", file=sys.stderr)

@@ -14,21 +14,33 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "langchain": ("langchain_sql", "LangchainHistory"),
     "langgraph": ("langgraph_saver", "LanggraphSaver"),
 }
+# The same families on PostgreSQL (``python -m benchmarks --postgresql``).
+PG_FAMILIES: dict[str, tuple[str, str]] = {
+    "flowdrop": ("pg_flowdrop", "PgFlowdrop"),
+    "raw": ("pg_raw", "RawPsycopg"),
+    "agents": ("pg_agents", "PgAgentsSession"),
+    "langchain": ("pg_langchain", "PgLangchainHistory"),
+    "langgraph": ("pg_langgraph", "PgLanggraphSaver"),
+}
 
 
-def load(family: str) -> type[System]:
+def load(family: str, families: dict[str, tuple[str, str]] = FAMILIES) -> type[System]:
     """The :class:`System` class of ``family``.
 
     Raises:
         ImportError: the library is not installed (``pip install -e '.[bench]'``).
     """
-    module, cls = FAMILIES[family]
+    module, cls = families[family]
     loaded: type[System] = getattr(importlib.import_module(f".{module}", __name__), cls)
     return loaded
 
 
-def select(names: list[str]) -> tuple[list[System], dict[str, str]]:
+def select(
+    names: list[str], families: dict[str, tuple[str, str]] = FAMILIES
+) -> tuple[list[System], dict[str, str]]:
     """Instances for ``names`` (families, or ``family-durability``), and the ones that failed.
+
+    ``families``: :data:`FAMILIES` (SQLite) or :data:`PG_FAMILIES`.
 
     Returns:
         The systems in a stable order, and ``{name: why it is missing}``.
@@ -37,10 +49,10 @@ def select(names: list[str]) -> tuple[list[System], dict[str, str]]:
     missing: dict[str, str] = {}
     for name in names:
         family, _, durability = name.partition("-")
-        if family not in FAMILIES:
-            raise ValueError(f"unknown system {name!r}; choose from {', '.join(FAMILIES)}")
+        if family not in families:
+            raise ValueError(f"unknown system {name!r}; choose from {', '.join(families)}")
         try:
-            cls = load(family)
+            cls = load(family, families)
         except ImportError as error:
             missing[name] = f"not installed ({error}); pip install -e '.[bench]'"
             continue
