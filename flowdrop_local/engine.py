@@ -235,13 +235,19 @@ def append(
     answering = {m.tool_call_id for m in batch if m.tool_call_id is not None}
     declaring = {call_id for m in batch for call_id in m.declared}
     results: dict[str, tuple[str, bool]] = {}
-    if answering or declaring:  # a result stored before its call answers it too
-        rows = yield "all", "find_results", (buffer_id, list(answering | declaring))
-        results = {call_id: (id_, bool(healed)) for call_id, id_, healed in rows}
     known: set[str] = set()
-    if declaring:
-        rows = yield "all", "known_declared", (buffer_id, list(declaring))
-        known = {row[0] for row in rows}
+    if answering or declaring:  # a result stored before its call answers it too
+        # One statement: (1, call id, its result, healed) and (0, a declared call id).
+        rows = yield (
+            "all",
+            "pairing_state",
+            (buffer_id, list(answering | declaring), list(declaring)),
+        )
+        for is_result, call_id, id_, healed in rows:
+            if is_result:
+                results[call_id] = (id_, bool(healed))
+            else:
+                known.add(call_id)
     writes = _Writes(dangling)
     open_calls = writes.open_calls
 
@@ -399,10 +405,11 @@ def heal(
     if before_users_only and unanswered:
         last_user = yield "one", "last_user", (buffer_id,)
         unanswered = [row for row in unanswered if last_user and row[0] < last_user[0]]
-    for turn_position, call_ids in plan_healing(unanswered):
-        positions, at_end = yield from _positions_after(
-            buffer_id, turn_position, len(call_ids), limit
-        )
+    # Each row carries its turn's successor: no look-up per declaring turn.
+    anchors = [((position, successor), call_id) for position, call_id, successor in unanswered]
+    for (turn_position, successor), call_ids in plan_healing(anchors):
+        positions = _between(turn_position, successor, len(call_ids), limit)
+        at_end = successor is None
         rows = []
         answers = []
         for position, call_id in zip(positions, call_ids, strict=True):
@@ -431,9 +438,14 @@ def _positions_after(
     """
     successor = yield "one", "successor", (buffer_id, turn_position)
     upper = None if successor is None else successor[0]
+    return _between(turn_position, upper, n, limit), upper is None
+
+
+def _between(turn_position: str, upper: str | None, n: int, limit: str | None) -> list[str]:
+    """``n`` keys after a turn, below its successor ``upper`` and below ``limit`` if lower."""
     if limit is not None and (upper is None or limit < upper):
-        return keys_between(turn_position, limit, n), upper is None
-    return keys_between(turn_position, upper, n), upper is None
+        return keys_between(turn_position, limit, n)
+    return keys_between(turn_position, upper, n)
 
 
 def _checked_position(place: Placement | None, tail: str | None, index: int) -> str:

@@ -62,6 +62,9 @@ def recorded(
         buf.append({"role": "assistant", "tool_calls": [{"id": "c1"}]})  # MEM-2
         buf.append({"role": "assistant", "tool_calls": [{"id": "h"}]})
         buf.append(placeholder_message("h"))  # an imported placeholder, placed
+        buf.append({"role": "assistant", "tool_calls": [{"id": "h2"}]})
+        buf.append({"role": "assistant", "content": "meanwhile"})
+        buf.append(placeholder_message("h2"))  # placed after its turn, before "meanwhile"
         buf.append([{"role": "user", "content": str(i)} for i in range(12)])  # evicts
         buf.read(limit=5)
         buf.read(limit=5, before=buf.messages()[-1].id)

@@ -100,12 +100,11 @@ SQL: dict[str, str] = {
         "(id, buffer_id, position, role, content, content_parts, metadata, created_at) "
         f"VALUES (%s, %s, %s, %s, %s, %s, %s, coalesce(%s, {_NOW}))"
     ),
-    "find_results": (
-        "SELECT tool_call_id, id, healed FROM messages "
-        "WHERE buffer_id = %s AND tool_call_id = ANY(%s)"
-    ),
-    "known_declared": (
-        "SELECT DISTINCT call_id FROM tool_calls WHERE buffer_id = %s AND call_id = ANY(%s)"
+    "pairing_state": (
+        "SELECT 1, tool_call_id, id, healed FROM messages "
+        "WHERE buffer_id = %(b)s AND tool_call_id = ANY(%(a)s) "
+        "UNION ALL SELECT DISTINCT 0, call_id, NULL::text, NULL::integer FROM tool_calls "
+        "WHERE buffer_id = %(b)s AND call_id = ANY(%(d)s)"
     ),
     "declare_call": (
         "INSERT INTO tool_calls (buffer_id, call_id, declared_by, ordinal, answered_by) "
@@ -123,7 +122,9 @@ SQL: dict[str, str] = {
     "set_count": "UPDATE buffers SET message_count = %s WHERE id = %s",
     "add_count": "UPDATE buffers SET message_count = message_count + %s WHERE id = %s",
     "unanswered_calls": (
-        "SELECT m.position, t.call_id FROM tool_calls AS t "
+        "SELECT m.position, t.call_id, (SELECT min(n.position) FROM messages AS n "
+        "WHERE n.buffer_id = t.buffer_id AND n.position > m.position) "
+        "FROM tool_calls AS t "
         "JOIN messages AS m ON m.buffer_id = t.buffer_id AND m.id = t.declared_by "
         "WHERE t.buffer_id = %s AND t.answered_by IS NULL ORDER BY m.position, t.ordinal"
     ),
@@ -294,6 +295,7 @@ SQL: dict[str, str] = {
 
 # Statements written with named parameters: the engine's positional rows map onto them.
 _NAMED: dict[str, tuple[str, ...]] = {
+    "pairing_state": ("b", "a", "d"),
     "buffer_state": ("id",),
     "declare_call": ("b", "c", "d", "o"),
     "evict_oldest": ("b", "n"),

@@ -80,13 +80,13 @@ SQL: dict[str, str] = {
         "(id, buffer_id, position, role, content, content_parts, metadata, created_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, coalesce(?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))"
     ),
-    "find_results": (
-        "SELECT tool_call_id, id, healed FROM messages "
-        "WHERE buffer_id = ? AND tool_call_id IN (SELECT value FROM json_each(?))"
-    ),
-    "known_declared": (
-        "SELECT DISTINCT call_id FROM tool_calls WHERE buffer_id = ? "
-        "AND call_id IN (SELECT value FROM json_each(?))"
+    # The stored pairing state of a batch's call ids, in one statement: the result
+    # standing for each (1, ...), and which are declared already (0, ...).
+    "pairing_state": (
+        "SELECT 1, tool_call_id, id, healed FROM messages "
+        "WHERE buffer_id = ?1 AND tool_call_id IN (SELECT value FROM json_each(?2)) "
+        "UNION ALL SELECT DISTINCT 0, call_id, NULL, NULL FROM tool_calls "
+        "WHERE buffer_id = ?1 AND call_id IN (SELECT value FROM json_each(?3))"
     ),
     # One row per declaration (a turn naming an id twice keeps its first ordinal);
     # a result stored earlier already answers it.
@@ -104,8 +104,11 @@ SQL: dict[str, str] = {
     "add_count": "UPDATE buffers SET message_count = message_count + ? WHERE id = ?",
     # INDEXED BY: the planner, without statistics, prefers the primary key, which
     # walks every declared call of the buffer instead of the unanswered ones.
+    # With each call, its declaring turn's successor (where its placeholders go before).
     "unanswered_calls": (
-        "SELECT m.position, t.call_id FROM tool_calls AS t INDEXED BY tool_calls_unanswered "
+        "SELECT m.position, t.call_id, (SELECT min(n.position) FROM messages AS n "
+        "WHERE n.buffer_id = t.buffer_id AND n.position > m.position) "
+        "FROM tool_calls AS t INDEXED BY tool_calls_unanswered "
         "JOIN messages AS m ON m.id = t.declared_by "
         "WHERE t.buffer_id = ? AND t.answered_by IS NULL ORDER BY m.position, t.ordinal"
     ),
@@ -269,7 +272,7 @@ SQL: dict[str, str] = {
     ),
 }
 # Statements whose list parameter SQLite reads as a JSON array (json_each).
-_JSON_ARRAY_PARAMS = frozenset({"find_results", "known_declared", "used_ids"})
+_JSON_ARRAY_PARAMS = frozenset({"pairing_state", "used_ids"})
 _EXPORT_CHUNK = 500  # rows an export fetches at a time
 
 
