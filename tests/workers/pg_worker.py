@@ -17,6 +17,9 @@ it kills this process or stops the server.
     One user turn on s//KEY that stops inside its transaction, after the
     buffer's row lock was taken, prints ``holding`` and waits for the file GO
     before it goes on and commits.
+``hold_drive URL SESSION GO``
+    As ``hold``, for a turn alice drives into her session SESSION through the
+    sessions API (the decision is taken before the pause).
 ``survive URL TAG``
     The steps of ``steps`` without end, on session/crash/chat. An append that
     raises prints ``x F ErrorType`` (``x - ErrorType`` if it is not a
@@ -33,7 +36,7 @@ import time
 from typing import Any
 
 import flowdrop_local.engine
-from flowdrop_local import FlowdropError, Store
+from flowdrop_local import FlowdropError, Principal, Store
 
 
 def _wait_for(path: str) -> None:
@@ -67,7 +70,8 @@ def append(url: str, key: str, count: int, warn_after: float) -> None:
             print(f"u {i}", flush=True)
 
 
-def hold(url: str, key: str, go: str) -> None:
+def _pause_in_next_append(go: str) -> None:
+    """Make the next append print ``holding`` and wait for ``go`` inside its transaction."""
     real = flowdrop_local.engine.key_between
     held = False
 
@@ -80,11 +84,24 @@ def hold(url: str, key: str, go: str) -> None:
             _wait_for(go)
         return real(a, b)
 
+    flowdrop_local.engine.key_between = pausing
+
+
+def hold(url: str, key: str, go: str) -> None:
     with Store(url) as store:
         buffer = store.buffer("s", "", key)
         print("ready", flush=True)
-        flowdrop_local.engine.key_between = pausing
+        _pause_in_next_append(go)
         buffer.append({"role": "user", "content": f"{key}-held"})
+        print("u 0", flush=True)
+
+
+def hold_drive(url: str, session_id: str, go: str) -> None:
+    with Store(url) as store:
+        sessions = store.sessions(Principal("alice"))
+        print("ready", flush=True)
+        _pause_in_next_append(go)
+        sessions.drive(session_id, {"role": "user", "content": "sent"})
         print("u 0", flush=True)
 
 
@@ -118,6 +135,8 @@ def main() -> None:
         append(url, args[0], int(args[1]), float(args[2]))
     elif mode == "hold":
         hold(url, args[0], args[1])
+    elif mode == "hold_drive":
+        hold_drive(url, args[0], args[1])
     elif mode == "survive":
         survive(url, args[0])
     else:
