@@ -8,6 +8,10 @@
 - The server stopped with ``pg_ctl stop -m immediate`` mid-append loses nothing
   that an append returned.
 
+Four tests are strict xfails, each naming a backend bug and its fix: an append
+failed by lock_timeout after its row lock; a drive whose session row is not
+locked; the first appends to a new buffer running unlocked; no deadlock retry.
+
 The children are tests/workers/pg_worker.py (and appender.py, shared with
 test_crash.py); each prints one flushed line per append that returned.
 """
@@ -239,8 +243,9 @@ def wait_until_blocked(
 
 def finish_waiter(waiter: subprocess.Popen[str], log: Lines) -> list[str]:
     """Wait for a child whose stderr ``log`` reads to exit 0; its stdout lines after ready."""
-    assert waiter.wait(timeout=60) == 0
+    code = waiter.wait(timeout=60)
     log.close()
+    assert code == 0, log.lines[-3:]
     assert waiter.stdout is not None
     return waiter.stdout.read().splitlines()
 
@@ -385,6 +390,103 @@ def test_a_stop_waits_for_a_drive_that_has_decided(
     assert output.lines == ["holding", "u 0"]
     assert stopped[0].status == "stopped"
     assert stop_waited, "the stop committed between the drive's decision and its append"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="PostgreSQL backend bug: _PgTx.open trusts the state statement's row even when the "
+    "row-lock statement before it locked nothing (the buffer was created and committed "
+    "between the two), so the first appends to a new buffer can run unlocked, race for a "
+    "position and fail (unique violation or deadlock); fix: fetch the lock statement's own "
+    "result and take the create-then-lock path when it locked no row",
+)
+@pytest.mark.timeout(60)
+def test_an_append_to_a_buffer_created_meanwhile_still_takes_its_lock(
+    postgresql_url: str, spawn: Spawn
+) -> None:
+    """The first append to a buffer another client creates at the same moment is serialised.
+
+    The server is held so that the row appears between the append's lock statement
+    (which finds no row) and its state statement (which does); a third client then
+    appends under the row lock. The append must wait for it and land after it.
+    """
+    import uuid
+
+    import psycopg
+
+    from flowdrop_local.positions import key_between
+
+    Store(postgresql_url).close()
+    address = "scope = 's' AND scope_id = '' AND key = 'new'"
+    with (
+        psycopg.connect(postgresql_url, autocommit=True) as monitor,
+        psycopg.connect(postgresql_url) as creator,
+        psycopg.connect(postgresql_url) as stall,
+        psycopg.connect(postgresql_url) as other,
+    ):
+        creator.execute("INSERT INTO buffers (scope, scope_id, key) VALUES ('s', '', 'new')")
+        stall.execute("LOCK TABLE tool_calls IN ACCESS EXCLUSIVE MODE")  # the state reads it
+        waiter = spawn("pg_worker", "append", postgresql_url, "new", "1", "60", stderr=True)
+        assert waiter.stderr is not None
+        log = Lines(waiter.stderr)
+        wait_until_blocked(monitor, stall.info.backend_pid, waiter)  # lock found no row
+        creator.commit()  # the buffer exists now
+        # Another client appends under the row lock (as flowdrop_local would).
+        row = other.execute(f"SELECT id FROM buffers WHERE {address} FOR UPDATE").fetchone()
+        assert row is not None
+        other.execute(
+            "INSERT INTO messages (id, buffer_id, position, role, content) "
+            "VALUES (%s, %s, %s, 'assistant', 'first')",  # no trigger reads tool_calls
+            (str(uuid.uuid4()), row[0], key_between(None, None)),
+        )
+        other.execute("UPDATE buffers SET message_count = 1 WHERE id = %s", (row[0],))
+        stall.rollback()  # the state statement runs and sees the row
+        wait_until_blocked(monitor, other.info.backend_pid, waiter)
+        other.commit()
+        assert finish_waiter(waiter, log) == ["u 0"]
+    with Store(postgresql_url) as store:
+        assert store.check() == []
+        assert [m["content"] for m in store.buffer("s", "", "new").read()] == ["first", "new-0"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="PostgreSQL backend bug: PostgresBackend.write() turns every OperationalError, "
+    "DeadlockDetected and SerializationFailure included, into FlowdropError before "
+    "transact() sees it, so transact()'s retry never runs and a deadlock fails the append; "
+    "fix: let write() re-raise TransactionRollback errors as they are, and translate them "
+    "in transact() only after the last attempt",
+)
+@pytest.mark.timeout(60)
+def test_an_append_chosen_as_a_deadlock_victim_is_retried(
+    postgresql_url: str, spawn: Spawn
+) -> None:
+    """An append that the server aborts to break a deadlock runs again and lands.
+
+    The append holds its row and waits for a table lock; the table's holder then
+    asks for the row: the server aborts the append (it waited first).
+    """
+    import psycopg
+
+    with Store(postgresql_url) as store:
+        store.buffer("s", "", "one").append({"role": "user", "content": "before"})
+    with (
+        psycopg.connect(postgresql_url, autocommit=True) as monitor,
+        psycopg.connect(postgresql_url) as holder,
+    ):
+        holder.execute("LOCK TABLE messages IN SHARE MODE")
+        waiter = spawn("pg_worker", "append", postgresql_url, "one", "1", "60", stderr=True)
+        assert waiter.stderr is not None
+        log = Lines(waiter.stderr)
+        wait_until_blocked(monitor, holder.info.backend_pid, waiter)  # its INSERT waits
+        holder.execute(  # waits for the append's row lock until the server breaks the cycle
+            "SELECT id FROM buffers WHERE scope = 's' AND scope_id = '' AND key = 'one' FOR UPDATE"
+        )
+        holder.rollback()
+        assert finish_waiter(waiter, log) == ["u 0"]
+    with Store(postgresql_url) as store:
+        assert store.check() == []
+        assert [m["content"] for m in store.buffer("s", "", "one").read()] == ["before", "one-0"]
 
 
 # ------------------------------------------------------------------ crashes
