@@ -8,9 +8,9 @@
 - The server stopped with ``pg_ctl stop -m immediate`` mid-append loses nothing
   that an append returned.
 
-Four tests are strict xfails, each naming a backend bug and its fix: an append
-failed by lock_timeout after its row lock; a drive whose session row is not
-locked; the first appends to a new buffer running unlocked; no deadlock retry.
+Four tests hold bugs these tests found, now fixed: an append failed by
+lock_timeout after its row lock; a drive whose session row was not locked; the
+first appends to a new buffer running unlocked; no deadlock retry.
 
 The children are tests/workers/pg_worker.py (and appender.py, shared with
 test_crash.py); each prints one flushed line per append that returned.
@@ -297,14 +297,6 @@ def test_an_append_waits_only_for_its_own_buffer(
         assert len(store.buffer("s", "", "two").read()) == 21
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PostgreSQL backend bug: _PgTx._locked_state sets 'SET LOCAL lock_timeout = "
-    "lock_warning_after' for the whole append transaction, so a later statement of the "
-    "append (the INSERT into messages) that waits for a table lock fails with "
-    "'canceling statement due to lock timeout' instead of waiting (MEM-12); fix: reset "
-    "lock_timeout in the same pipeline right after the row lock is granted",
-)
 @pytest.mark.timeout(60)
 def test_an_append_waits_out_a_table_lock_past_the_warning(
     postgresql_url: str, spawn: Spawn
@@ -338,13 +330,6 @@ def test_an_append_waits_out_a_table_lock_past_the_warning(
         assert [m["content"] for m in store.buffer("s", "", "one").read()] == ["before", "one-0"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PostgreSQL backend bug: SQL['session_load'] has no FOR UPDATE (its comment says "
-    "it is loaded FOR UPDATE in a write), so a stop, revoke or reset commits between a "
-    "drive's decision and its append, and the turn lands in a stopped session; fix: lock the "
-    "session row when the sessions API loads it in a write transaction",
-)
 @pytest.mark.timeout(60)
 def test_a_stop_waits_for_a_drive_that_has_decided(
     postgresql_url: str, tmp_path: Path, spawn: Spawn
@@ -392,14 +377,6 @@ def test_a_stop_waits_for_a_drive_that_has_decided(
     assert stop_waited, "the stop committed between the drive's decision and its append"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PostgreSQL backend bug: _PgTx.open trusts the state statement's row even when the "
-    "row-lock statement before it locked nothing (the buffer was created and committed "
-    "between the two), so the first appends to a new buffer can run unlocked, race for a "
-    "position and fail (unique violation or deadlock); fix: fetch the lock statement's own "
-    "result and take the create-then-lock path when it locked no row",
-)
 @pytest.mark.timeout(60)
 def test_an_append_to_a_buffer_created_meanwhile_still_takes_its_lock(
     postgresql_url: str, spawn: Spawn
@@ -449,14 +426,6 @@ def test_an_append_to_a_buffer_created_meanwhile_still_takes_its_lock(
         assert [m["content"] for m in store.buffer("s", "", "new").read()] == ["first", "new-0"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PostgreSQL backend bug: PostgresBackend.write() turns every OperationalError, "
-    "DeadlockDetected and SerializationFailure included, into FlowdropError before "
-    "transact() sees it, so transact()'s retry never runs and a deadlock fails the append; "
-    "fix: let write() re-raise TransactionRollback errors as they are, and translate them "
-    "in transact() only after the last attempt",
-)
 @pytest.mark.timeout(60)
 def test_an_append_chosen_as_a_deadlock_victim_is_retried(
     postgresql_url: str, spawn: Spawn

@@ -62,6 +62,8 @@ log = logging.getLogger("flowdrop_local")
 APPLICATION_ID = "1178881107"
 SCHEMA_VERSION = 2
 _RETRIES = 8
+# Conflicts PostgreSQL resolves by aborting one transaction: running it again succeeds.
+_RETRIED = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 T = TypeVar("T")
 
 _SESSION_COLUMNS = (
@@ -434,8 +436,10 @@ class _PgTx(Tx):
                 for text, values, many in queued:  # the BEGIN
                     (cursor.executemany if many else cursor.execute)(text, values)
                 if fresh:
-                    cursor.execute(f"SET LOCAL lock_timeout = {int(warn_after * 1000)}")
+                    cursor.execute(f"SET LOCAL lock_timeout = {max(1, int(warn_after * 1000))}")
                 locking.execute(lock, lock_params, prepare=True)
+                if fresh:  # the timeout is for the row lock only: later statements wait
+                    cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
                 cursor.execute(state, state_params, prepare=True)
         except pg_errors.LockNotAvailable:
             # Nothing else was done in this transaction: start it again and wait.
@@ -576,16 +580,18 @@ class PostgresBackend(Backend):
         """Run ``work`` in a write transaction, again after a deadlock or serialisation failure."""
         for attempt in range(_RETRIES):
             try:
-                with self.write() as tx:
+                with self.write(retrying=True) as tx:
                     return work(tx)
-            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+            except _RETRIED as error:
                 if attempt == _RETRIES - 1:
-                    raise
+                    raise self._translated(error) from None
                 time.sleep(random.uniform(0, 0.01 * 2**attempt))
         raise AssertionError("unreachable")
 
     @contextmanager
-    def write(self, *, keep_tails: bool = False) -> Iterator[Tx]:
+    def write(self, *, keep_tails: bool = False, retrying: bool = False) -> Iterator[Tx]:
+        """See :meth:`Backend.write`; ``retrying``: let a deadlock or serialisation
+        failure through as it is, for :meth:`transact` to run the work again."""
         self.ensure_open()
         with self._pool.connection() as conn:
             tx = _PgTx(self, conn, "BEGIN")
@@ -594,6 +600,8 @@ class PostgresBackend(Backend):
                 tx.commit()
             except BaseException as error:
                 _rollback(conn)
+                if retrying and isinstance(error, _RETRIED):
+                    raise
                 raise self._translated(error) from None
 
     @contextmanager
