@@ -150,3 +150,16 @@ def test_copy_onto_itself_is_refused(tmp_path: Path) -> None:
     Store(db).close()
     result = CliRunner().invoke(cli, ["copy", db, db])
     assert result.exit_code == 2 and "same database" in result.stderr
+
+
+def test_the_cli_runs_on_postgresql(postgresql_url: str) -> None:
+    """--db takes a URL: demo, show and check work there, and the password never shows."""
+    demo = CliRunner().invoke(cli, ["--db", postgresql_url, "demo"])
+    assert demo.exit_code == 0, demo.output
+    assert "Tool call was interrupted" in demo.stdout or "interrupted" in demo.stdout
+    shown = CliRunner().invoke(
+        cli, ["--db", postgresql_url, "show", "demo", "local", "weather-agent"]
+    )
+    assert shown.exit_code == 0 and "Lisbon" in shown.stdout
+    checked = CliRunner().invoke(cli, ["--db", postgresql_url, "check"])
+    assert checked.exit_code == 0 and checked.stdout.strip().endswith("ok")
