@@ -81,7 +81,11 @@ def open_or_create(path: str, create: bool) -> bool:
         return True
     if not os.path.exists(path):
         require_folder(path)
-        raise DatabaseNotFound(f"{path} does not exist (create=False: not creating it)")
+        raise DatabaseNotFound(
+            f"{path} does not exist, and this does not create a database "
+            "(Store(create=False), or a command that only reads: check the path, "
+            "--db or FLOWDROP_DB)"
+        )
     return False
 
 

@@ -65,7 +65,7 @@ def _open(ctx: click.Context) -> Iterator[Store]:
     envvar="FLOWDROP_DB",
     default=DEFAULT_DB,
     show_default=True,
-    help="The database file (or set FLOWDROP_DB).",
+    help="The database: a SQLite file or a postgresql:// URL (or set FLOWDROP_DB).",
 )
 @click.version_option(package_name="flowdrop-local")
 @click.pass_context
@@ -236,6 +236,7 @@ def check(ctx: click.Context, json_output: bool) -> None:
     path = ctx.obj["db"]
     try:
         with _open(ctx) as store:
+            path = store.path  # a URL without its password
             violations = store.check()
     except NotADatabase as error:
         if not _is_sqlite_file(path):
@@ -332,7 +333,10 @@ def copy(source: str, target: str, replace: bool, quiet: bool) -> None:
             with Store(target) as dst:
                 created = dst.created
                 with _progress(src.export(full=True), "copying", quiet) as records:
-                    report = dst.import_records(records, replace=replace)
+                    try:
+                        report = dst.import_records(records, replace=replace)
+                    except InvalidImport as error:  # its lines are records of SOURCE here
+                        raise BadInput(f"nothing copied: {error.problem}") from None
         except BaseException:
             if created:
                 remove_database(target)

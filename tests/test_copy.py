@@ -163,3 +163,14 @@ def test_the_cli_runs_on_postgresql(postgresql_url: str) -> None:
     assert shown.exit_code == 0 and "Lisbon" in shown.stdout
     checked = CliRunner().invoke(cli, ["--db", postgresql_url, "check"])
     assert checked.exit_code == 0 and checked.stdout.strip().endswith("ok")
+
+
+def test_the_cli_never_prints_a_password(postgresql_url: str) -> None:
+    """A URL with a password (the test server trusts, so it is ignored): check and demo
+    print the URL with *** in its place."""
+    assert "postgres:@" in postgresql_url
+    url = postgresql_url.replace("postgres:@", "postgres:s3cret@", 1)
+    for command in (["demo"], ["check"], ["show", "demo", "local", "weather-agent"]):
+        result = CliRunner().invoke(cli, ["--db", url, *command])
+        assert result.exit_code == 0, result.output
+        assert "s3cret" not in result.stdout + result.stderr

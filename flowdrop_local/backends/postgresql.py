@@ -688,7 +688,8 @@ def _rollback(conn: psycopg.Connection[Any]) -> None:
 
 
 def _redacted(error: BaseException) -> str:
-    return redact(str(error))
+    """The error's text on one line, without a password."""
+    return redact(" ".join(str(error).split()))
 
 
 def _schema_version(conn: psycopg.Connection[Any], where: str) -> int | None:
