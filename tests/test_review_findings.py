@@ -118,12 +118,26 @@ def test_pop_serialises_with_an_append_on_postgresql(postgresql_url: str) -> Non
             thread.start()
             return thread
 
+        def wait_for_waiters(n: int) -> None:
+            """Until ``n`` backends of this database wait on a lock (polled, not slept)."""
+            deadline = time.monotonic() + 20
+            with psycopg.connect(postgresql_url, autocommit=True) as watcher:
+                while time.monotonic() < deadline:
+                    row = watcher.execute(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    ).fetchone()
+                    if row is not None and row[0] >= n:
+                        return
+                    time.sleep(0.02)
+            raise AssertionError(f"fewer than {n} backends waited on a lock")
+
         with psycopg.connect(postgresql_url) as blocker:
             blocker.execute("LOCK TABLE messages IN SHARE MODE")
             appending = run(lambda: buffer.append({"role": "user", "content": "next"}))
-            time.sleep(1.0)  # the append holds the row lock, waits to insert
+            wait_for_waiters(1)  # the append holds the row lock and its state, waits to insert
             popping = run(lambda: store.buffer("global", "", "k").pop())
-            time.sleep(1.0)  # the pop has read its last message, waits to delete
+            wait_for_waiters(2)  # the pop has read its last message, waits to delete
             blocker.rollback()
         appending.join(30)
         popping.join(30)
