@@ -145,9 +145,8 @@ class Buffer:
         found = None if buffer_id is None else tx.one("position_of", (buffer_id, before))
         if found is None:
             raise MessageNotFound(f"no message {before!r} in {self!r}")
-        rows = tx.all(
-            "read_before", (buffer_id, found[0], -1 if limit is None else check_limit(limit))
-        )
+        limit = _MAX_LIMIT if limit is None else check_limit(limit)
+        rows = tx.all("read_before", (buffer_id, found[0], limit))
         rows.reverse()
         return [_row_to_dict(*row) for row in rows]
 
@@ -208,6 +207,7 @@ class Buffer:
             buffer_id = self.existing_id(tx)
             if buffer_id is None:
                 return 0
+            tx.one("lock_buffer", (buffer_id,))  # waits for an append in progress
             tx.write("clear_ledger", (buffer_id,))
             return tx.run("clear_messages", (buffer_id,))
 

@@ -466,6 +466,7 @@ def pop(buffer_id: int) -> Generator[Step, Any, tuple[Any, ...] | None]:
     Removing a result un-answers its call (the next user turn heals it again);
     removing a turn removes the calls it declared (the ledger's foreign keys).
     """
+    yield "one", "lock_buffer", (buffer_id,)  # waits for an append in progress
     row = yield "one", "last_message", (buffer_id,)
     if row is None:
         return None
@@ -483,6 +484,10 @@ def remove_message(message_id: str) -> Generator[Step, Any, bool]:
     the id now owns it) are healed at once, so no stored user turn follows an
     unanswered call.
     """
+    row = yield "one", "message_for_removal", (message_id,)
+    if row is None:
+        return False
+    yield "one", "lock_buffer", (row[0],)  # waits for an append in progress, then reads again
     row = yield "one", "message_for_removal", (message_id,)
     if row is None:
         return False

@@ -57,9 +57,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from .access import IDENTITY_SCOPES, resolve_address, usable_identity
+from .access import IDENTITY_SCOPES, SCOPES, resolve_address, usable_identity
 from .buffer import Buffer, Placement, check_address_part, new_message_id
-from .errors import FlowdropError, InvalidAddress, InvalidImport, InvalidMessage, NotADatabase
+from .errors import (
+    FlowdropError,
+    InvalidAddress,
+    InvalidImport,
+    InvalidMessage,
+    InvalidValue,
+    NotADatabase,
+)
 from .positions import is_valid_key, key_between, keys_between
 from .refused import buffer_of
 from .rules.incoming import Incoming, normalize
@@ -120,19 +127,20 @@ def export_records(
             f"got a {type(address).__name__}"
             + (f" of {len(address)}" if isinstance(address, tuple | list) else "")
         )
-    statement, parameters = ("export_all", ()) if address is None else ("export_one", address)
+    messages = ("export_all", ()) if address is None else ("export_one", tuple(address))
     db.ensure_open()  # StoreClosed at the call, as every other read
-    messages = (_record(db.where, row) for row in db.snapshot_rows(statement, tuple(parameters)))
     if not full:
-        return messages
+        return (_record(db.where, row) for _, row in db.snapshot_rows([messages]))
+    # Sessions before the viewers that name them, then memory, then the messages:
+    # every statement in one snapshot, so a viewer never names a session left out.
+    kinds = list(_SIDE_FIELDS)
+    reads = [(f"export_{kind}", ()) for kind in kinds] + [messages]
     return itertools.chain(
         [{"flowdrop_export": FORMAT_VERSION}],
         (
-            _side_record(db.where, kind, row)
-            for kind in _SIDE_FIELDS  # sessions before the viewers that name them
-            for row in db.snapshot_rows(f"export_{kind}")
+            _side_record(db.where, kinds[i], row) if i < len(kinds) else _record(db.where, row)
+            for i, row in db.snapshot_rows(reads)
         ),
-        messages,
     )
 
 
@@ -434,14 +442,17 @@ class _Importer:
             elif not isinstance(value, str) or not _encodable(value):
                 raise InvalidImport(number, f"{kind} {field} must be a string")
             values.append(value)
-        if (
-            kind == "memory"
-            and values[0] in IDENTITY_SCOPES
-            and usable_identity(values[1]) != values[1]
-        ):
-            raise InvalidImport(
-                number, f"the {values[0]} scope refuses {values[1]!r}: not a usable identity"
-            )
+        if kind == "memory":  # what memory_set refuses, an import refuses
+            if values[0] not in SCOPES:
+                raise InvalidImport(number, f"memory scope {values[0]!r} is not one of {SCOPES}")
+            if not values[2].strip():
+                raise InvalidImport(number, "a memory key must not be blank")
+            if values[0] in IDENTITY_SCOPES and usable_identity(values[1]) != values[1]:
+                raise InvalidImport(
+                    number, f"the {values[0]} scope refuses {values[1]!r}: not a usable identity"
+                )
+        if kind == "viewer" and usable_identity(values[1]) != values[1]:
+            raise InvalidImport(number, f"viewer {values[1]!r} is not a canonical usable identity")
         if kind == "session" and usable_identity(values[0]) != values[0]:
             raise InvalidImport(number, f"session id {values[0]!r} is not canonical")
         self._finish()  # a buffer in progress is done: its lines came in one run
@@ -604,8 +615,11 @@ def import_records(
         InvalidImport: a bad line, or a buffer that already holds messages while
             ``replace`` is false. The transaction is rolled back: nothing is written.
     """
-    with db.write() as tx:
-        importer = _Importer(db, tx, replace)
-        for number, record in records:
-            importer.add(number, record)
-        return importer.finish()
+    try:
+        with db.write() as tx:
+            importer = _Importer(db, tx, replace)
+            for number, record in records:
+                importer.add(number, record)
+            return importer.finish()
+    except InvalidValue as error:  # found by the database when the writes went in
+        raise InvalidImport(None, str(error)) from None

@@ -1,8 +1,10 @@
-"""Bugs found by a review of the storage seam and the PostgreSQL backend.
+"""Bugs a review of the storage seam and the PostgreSQL backend found, now fixed.
 
-Each test demonstrates one finding and is a strict xfail until it is fixed (then
-the xfail marker goes and the test stays). The reason of each marker names the
-place in the code; the review report holds the suggested fix.
+Each test demonstrated one finding before its fix: a full export read in several
+snapshots; read(before=) without a limit on PostgreSQL; pop, clear and an admin's
+delete not waiting for an append's row lock; a NUL in JSON getting the wrong error;
+a schema the role cannot create in; an exhausted pool; a ``?password=`` shown; an
+import storing memory rows the API refuses.
 """
 
 from __future__ import annotations
@@ -30,11 +32,6 @@ CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "
 # ------------------------------------------------------------ export snapshots
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="portability.export_records: full=True reads sessions, viewers, memory and "
-    "messages in four separate snapshots (one snapshot_rows call each)",
-)
 def test_a_full_export_is_one_snapshot_so_it_imports_again(target: str) -> None:
     """A session created while a full export is being read is wholly in it or wholly out.
 
@@ -61,11 +58,6 @@ def test_a_full_export_is_one_snapshot_so_it_imports_again(target: str) -> None:
 # ---------------------------------------------------------- PostgreSQL reads
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="buffer.Buffer.read_in binds LIMIT -1 for 'no limit' (SQLite's idiom); "
-    "PostgreSQL refuses a negative LIMIT and the raw psycopg error escapes",
-)
 def test_read_before_without_a_limit_works_on_postgresql(postgresql_url: str) -> None:
     """``read(before=id)`` with no limit gives every earlier message, as on SQLite."""
     with Store(postgresql_url) as store:
@@ -80,11 +72,6 @@ def test_read_before_without_a_limit_works_on_postgresql(postgresql_url: str) ->
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine.pop / Buffer.pop (also Buffer.clear, engine.remove_message) never "
-    "lock the buffer row on PostgreSQL, so they do not serialise with appends (MEM-12)",
-)
 def test_pop_serialises_with_an_append_on_postgresql(postgresql_url: str) -> None:
     """A pop racing a user turn must not leave the user turn after an unanswered call.
 
@@ -162,12 +149,6 @@ def _import_metadata(store: Store) -> object:
     return store.import_records([line])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="backends.postgresql.PostgresBackend._translated maps every "
-    "UntranslatableCharacter (jsonb refusing \\u0000) to InvalidMessage(0, 'content'), "
-    "whatever was being written",
-)
 @pytest.mark.parametrize(
     ("work", "expected"),
     [
@@ -190,11 +171,6 @@ def test_a_nul_inside_json_gets_the_error_of_what_was_written_on_postgresql(
         work(store)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="backends.postgresql.PostgresBackend.__init__/_prepare: a psycopg error while "
-    "creating the schema (no CREATE privilege) escapes raw",
-)
 def test_opening_a_schema_the_role_cannot_create_in_is_a_flowdrop_error(
     postgresql_url: str,
 ) -> None:
@@ -220,11 +196,6 @@ def test_opening_a_schema_the_role_cannot_create_in_is_a_flowdrop_error(
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(
-    strict=True,
-    reason="backends.postgresql.PostgresBackend.write/read/snapshot_rows: "
-    "self._pool.connection() is outside the error translation; PoolTimeout escapes raw",
-)
 def test_an_exhausted_pool_is_a_flowdrop_error(postgresql_url: str) -> None:
     """An append that cannot get a connection (an export holds it) raises a FlowdropError."""
     import psycopg_pool
@@ -254,11 +225,6 @@ def test_an_exhausted_pool_is_a_flowdrop_error(postgresql_url: str) -> None:
         pool.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="backends.postgresql.redact only removes a password written as user:password@; "
-    "a ?password= parameter (valid libpq URL syntax) stays in Store.path, repr and errors",
-)
 def test_a_password_given_as_a_url_parameter_never_shows(postgresql_url: str) -> None:
     """``postgresql://...?password=...`` is as secret as ``user:password@``."""
     with Store(f"{postgresql_url}&password=hunter2") as store:
@@ -269,11 +235,6 @@ def test_a_password_given_as_a_url_parameter_never_shows(postgresql_url: str) ->
 # ------------------------------------------------------------------- import
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="portability._Importer._add_side checks a memory record's scope only against "
-    "the identity scopes and never its key: it stores what memory_set refuses",
-)
 @pytest.mark.parametrize(
     ("scope", "key"),
     [

@@ -60,8 +60,9 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    def snapshot_rows(self, statement: str, params: Any = ()) -> Iterator[Any]:
-        """The rows of a long read (an export), from one snapshot on a connection of its own.
+    def snapshot_rows(self, reads: list[tuple[str, Any]]) -> Iterator[tuple[int, Any]]:
+        """``(i, row)`` for the rows of each read in turn (an export), all from one
+        snapshot on a connection of its own.
 
         Fetched a chunk at a time as the caller iterates; the store's writers go on
         meanwhile. The connection is released when the iteration ends, is closed or

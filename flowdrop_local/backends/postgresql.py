@@ -46,7 +46,6 @@ from ..check import Violation, check_rows
 from ..engine import BufferState
 from ..errors import (
     FlowdropError,
-    InvalidMessage,
     InvalidValue,
     NotADatabase,
     NotAFlowdropDatabase,
@@ -164,6 +163,8 @@ SQL: dict[str, str] = {
     "delete_placeholder": (
         "DELETE FROM messages WHERE buffer_id = %s AND tool_call_id = %s AND healed = 1"
     ),
+    # pop, clear and an admin's delete wait for an append in progress on the buffer.
+    "lock_buffer": "SELECT id FROM buffers WHERE id = %s FOR UPDATE",
     "last_message": (
         "SELECT id, role, content, content_parts, metadata FROM messages "
         "WHERE buffer_id = %s ORDER BY position DESC LIMIT 1"
@@ -321,11 +322,12 @@ _STATE_AT = (
 )
 _READ_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+_PASSWORD_PARAMETER = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    return _PASSWORD.sub(r"\1***@", url)
+    """The URL without its password (``user:password@`` or ``?password=``), for messages."""
+    return _PASSWORD_PARAMETER.sub(r"\1***", _PASSWORD.sub(r"\1***@", url))
 
 
 def _params(statement: str, params: Any) -> Any:
@@ -522,9 +524,16 @@ class PostgresBackend(Backend):
             self._owns_pool = False
         try:
             self._prepare(create)
-        except BaseException:
+        except BaseException as error:
             if self._owns_pool:
                 self._pool.close()
+            if isinstance(error, pg_errors.InsufficientPrivilege):
+                raise ReadOnlyStore(
+                    f"{self.where}: this role may not create flowdrop_local's schema here: "
+                    f"{_redacted(error)}"
+                ) from None
+            if isinstance(error, psycopg.Error | psycopg_pool.PoolTimeout):
+                raise NotADatabase(f"cannot open {self.where}: {_redacted(error)}") from None
             raise
         self._closed = False
 
@@ -576,6 +585,21 @@ class PostgresBackend(Backend):
 
     # ------------------------------------------------------------- transactions
 
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection from the pool, for one transaction; a pool that has none is typed."""
+        try:
+            conn = self._pool.getconn()
+        except (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as error:
+            raise FlowdropError(
+                f"no connection to {self.where} came free: {_redacted(error)} "
+                "(are exports still being read, or is the pool too small?)"
+            ) from None
+        try:
+            yield conn
+        finally:
+            self._pool.putconn(conn)
+
     def transact(self, work: Callable[[Tx], T], *, keep_tails: bool = False) -> T:
         """Run ``work`` in a write transaction, again after a deadlock or serialisation failure."""
         for attempt in range(_RETRIES):
@@ -593,7 +617,7 @@ class PostgresBackend(Backend):
         """See :meth:`Backend.write`; ``retrying``: let a deadlock or serialisation
         failure through as it is, for :meth:`transact` to run the work again."""
         self.ensure_open()
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             tx = _PgTx(self, conn, "BEGIN")
             try:
                 yield tx
@@ -607,7 +631,7 @@ class PostgresBackend(Backend):
     @contextmanager
     def read(self, *, snapshot: bool = True) -> Iterator[Tx]:
         self.ensure_open()
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             # One statement alone is consistent: then no BEGIN/ROLLBACK, one round trip.
             tx = _PgTx(self, conn, _READ_SNAPSHOT if snapshot else None)
             try:
@@ -622,25 +646,26 @@ class PostgresBackend(Backend):
             return ReadOnlyStore(f"{self.where}: {error}")
         if isinstance(
             error, pg_errors.UntranslatableCharacter | pg_errors.CharacterNotInRepertoire
-        ):
-            return InvalidMessage(0, "content", f"PostgreSQL cannot store it: {error}")
-        if isinstance(error, psycopg.DataError) and "NUL" in str(error):
-            return InvalidValue("PostgreSQL text cannot hold a NUL character (\\x00)")
+        ) or (isinstance(error, psycopg.DataError) and "NUL" in str(error)):
+            # Text and jsonb cannot hold NUL (\x00, or \u0000 in JSON) on PostgreSQL.
+            return InvalidValue(f"PostgreSQL cannot store a NUL character: {_redacted(error)}")
         if isinstance(error, psycopg.OperationalError):
             return FlowdropError(f"{self.where}: {_redacted(error)}")
         return error
 
-    def snapshot_rows(self, statement: str, params: Any = ()) -> Iterator[Any]:
+    def snapshot_rows(self, reads: list[tuple[str, Any]]) -> Iterator[tuple[int, Any]]:
         """See :meth:`Backend.snapshot_rows`: a REPEATABLE READ transaction on a pooled
-        connection of its own, read through a server-side cursor."""
+        connection of its own, each read through a server-side cursor in turn."""
         self.ensure_open()
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             try:
                 conn.execute(_READ_SNAPSHOT)
-                with conn.cursor(name="flowdrop_export") as cursor:
-                    cursor.itersize = 500
-                    cursor.execute(SQL[statement], _params(statement, params))
-                    yield from cursor
+                for i, (statement, params) in enumerate(reads):
+                    with conn.cursor(name=f"flowdrop_export_{i}") as cursor:
+                        cursor.itersize = 500
+                        cursor.execute(SQL[statement], _params(statement, params))
+                        for row in cursor:
+                            yield i, row
             except psycopg.Error as error:
                 raise FlowdropError(f"cannot export {self.where}: {_redacted(error)}") from None
             finally:

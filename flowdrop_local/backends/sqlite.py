@@ -144,6 +144,8 @@ SQL: dict[str, str] = {
     "delete_placeholder": (
         "DELETE FROM messages WHERE buffer_id = ? AND tool_call_id = ? AND healed = 1"
     ),
+    # A write holds SQLite's lock of the whole file already: nothing more to lock.
+    "lock_buffer": "SELECT id FROM buffers WHERE id = ?",
     "last_message": (
         "SELECT id, role, content, content_parts, metadata FROM messages "
         "WHERE buffer_id = ? ORDER BY position DESC LIMIT 1"
@@ -569,7 +571,7 @@ class SqliteBackend(Backend):
                 raise
             return
 
-    def snapshot_rows(self, statement: str, params: Any = ()) -> Iterator[Any]:
+    def snapshot_rows(self, reads: list[tuple[str, Any]]) -> Iterator[tuple[int, Any]]:
         """See :meth:`Backend.snapshot_rows`: a read-only connection of the export's own.
 
         Outside WAL a reader holding its snapshot would block every commit, and a
@@ -578,31 +580,37 @@ class SqliteBackend(Backend):
         """
         if self.path == ":memory:":
             with self.read() as tx:
-                rows = tx.all(statement, params)
-            yield from rows
+                everything = [(i, row) for i, (s, p) in enumerate(reads) for row in tx.all(s, p)]
+            yield from everything
             return
         self.connection()  # StoreClosed, as every other read
         conn = self._reader()
-        immutable = False
         try:
             try:
-                conn.execute("BEGIN")  # the first read below fixes the snapshot
-                cursor = conn.execute(SQL[statement], params)
+                conn.execute("BEGIN")
+                conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")  # fixes the snapshot
             except sqlite3.OperationalError:
                 if not self.read_only:
                     raise
                 # A WAL file in a read-only folder (no -shm can be made): read it as
                 # the store does, as a snapshot no one is writing.
                 conn.close()
-                conn, immutable = self._reader(immutable=True), True
-                cursor = conn.execute(SQL[statement], params)
-            if not immutable and conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                rows = cursor.fetchall()
-                conn.close()
-                yield from rows
-                return
-            while rows := cursor.fetchmany(_EXPORT_CHUNK):
-                yield from rows
+                conn = self._reader(immutable=True)
+            else:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    everything = [
+                        (i, row)
+                        for i, (s, p) in enumerate(reads)
+                        for row in conn.execute(SQL[s], _json_arrays(p)).fetchall()
+                    ]
+                    conn.close()
+                    yield from everything
+                    return
+            for i, (statement, params) in enumerate(reads):
+                cursor = conn.execute(SQL[statement], _json_arrays(params))
+                while rows := cursor.fetchmany(_EXPORT_CHUNK):
+                    for row in rows:
+                        yield i, row
         except sqlite3.Error as error:
             translated = self._translated(error)
             if not isinstance(translated, FlowdropError):
