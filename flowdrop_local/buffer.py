@@ -249,6 +249,12 @@ class Buffer:
 
     # -------------------------------------------------------- provider payloads
 
+    def _head(self, n: int) -> list[dict[str, Any]]:
+        """The first ``n`` messages, as :meth:`read` gives them (for a payload's system prompt)."""
+        with self.db.read(snapshot=False) as tx:
+            rows = tx.all("read_first_at", (*self.address, check_limit(n)))
+        return [_row_to_dict(*row) for row in rows]
+
     def to_openai_chat(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The history as OpenAI Chat Completions ``messages`` (see :mod:`.providers`).
 
@@ -257,16 +263,16 @@ class Buffer:
         """
         from .providers import read_window, to_openai_chat
 
-        return to_openai_chat(read_window(self.read, limit))
+        return to_openai_chat(read_window(self.read, limit, self._head))
 
     def to_openai_responses(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The history as OpenAI Responses ``input`` items (see :mod:`.providers`)."""
         from .providers import read_window, to_openai_responses
 
-        return to_openai_responses(read_window(self.read, limit))
+        return to_openai_responses(read_window(self.read, limit, self._head))
 
     def to_anthropic(self, limit: int | None = None) -> dict[str, Any]:
         """The history as Anthropic ``{"system", "messages"}`` (see :mod:`.providers`)."""
         from .providers import read_window, to_anthropic
 
-        return to_anthropic(read_window(self.read, limit))
+        return to_anthropic(read_window(self.read, limit, self._head))

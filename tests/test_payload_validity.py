@@ -752,3 +752,29 @@ def test_every_export_of_anything_append_accepts_validates(
         apply(buf, kind, value)
     exports(buf)
     exports(buf, limit)
+
+
+def test_a_windowed_export_keeps_the_system_prompt(store: Store) -> None:
+    """The system messages that open a long history go out with any window, read from the
+    head of the buffer (not by reading it all)."""
+    buf = store.buffer("session", "s1", "prompted")
+    buf.append(
+        [{"role": "system", "content": "be brief"}, {"role": "system", "content": "in French"}]
+        + [
+            message
+            for i in range(300)
+            for message in (
+                {"role": "user", "content": f"q{i}"},
+                {"role": "assistant", "content": f"a{i}"},
+            )
+        ]
+    )
+    chat = buf.to_openai_chat(limit=2)
+    assert [m["content"] for m in chat] == ["be brief", "in French", "q299", "a299"]
+    anthropic = buf.to_anthropic(limit=2)
+    assert "be brief" in str(anthropic["system"]) and len(anthropic["messages"]) == 2
+    responses = buf.to_openai_responses(limit=2)
+    assert responses[0]["content"] == "be brief"
+    validate_openai_chat(chat)
+    validate_anthropic(anthropic)
+    validate_openai_responses(responses)

@@ -352,9 +352,10 @@ U3_ALONE = ["u3", "", PLACEHOLDER_CONTENT, "a2"]
         # reads back only until a user turn: a result stored before the last
         # turn's call (no user turn after it) is not looked for, and the call
         # gets a placeholder, as a call still waiting for its result would.
-        (1, U2_ON, U3_ALONE),
-        (7, U2_ON, U2_ON),
-        (9, ["u1", "a0", *U2_ON], ["u1", "a0", *U2_ON]),  # no system: it stands before
+        # The system prompt that opens the history is kept, wherever the window starts.
+        (1, ["sys", *U2_ON], ["sys", *U3_ALONE]),
+        (7, ["sys", *U2_ON], ["sys", *U2_ON]),
+        (9, ["sys", "u1", "a0", *U2_ON], ["sys", "u1", "a0", *U2_ON]),
         (11, ["sys", "u1", "a0", *U2_ON], ["sys", "u1", "a0", *U2_ON]),
         (None, ["sys", "u1", "a0", *U2_ON], ["sys", "u1", "a0", *U2_ON]),
     ],

@@ -177,6 +177,10 @@ SQL: dict[str, str] = {
     "read_all_at": (
         f"SELECT m.role, m.content, m.content_parts, m.metadata FROM {_AT} ORDER BY m.position"
     ),
+    "read_first_at": (
+        "SELECT m.role, m.content, m.content_parts, m.metadata "
+        f"FROM {_AT} ORDER BY m.position LIMIT %s"
+    ),
     "read_last_at": (
         "SELECT m.role, m.content, m.content_parts, m.metadata "
         f"FROM {_AT} ORDER BY m.position DESC LIMIT %s"

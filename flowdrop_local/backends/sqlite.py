@@ -157,6 +157,10 @@ SQL: dict[str, str] = {
         "SELECT m.role, m.content, m.content_parts, m.metadata "
         f"FROM {_AT} ORDER BY m.position"
     ),
+    "read_first_at": (
+        "SELECT m.role, m.content, m.content_parts, m.metadata "
+        f"FROM {_AT} ORDER BY m.position LIMIT ?"
+    ),
     "read_last_at": (
         "SELECT m.role, m.content, m.content_parts, m.metadata "
         f"FROM {_AT} ORDER BY m.position DESC LIMIT ?"

@@ -127,8 +127,9 @@ def window(messages: Sequence[Message], limit: int | None) -> list[Message]:
     before it, or a result in the window answers a call before it: a payload
     never starts with a result whose call was cut off, and never separates a call
     from its results. System messages inside the window are kept (MEM-5 moves
-    them to the front); one before it is not, as the window a buffer reads
-    (:func:`read_window`) never reaches it. ``limit=None`` is the whole list.
+    them to the front), and so are the system messages that open the history (the
+    system prompt), wherever the window starts; a system message between two
+    turns before the window is not. ``limit=None`` is the whole list.
 
     Raises:
         InvalidArgument: ``limit`` is not a non-negative integer (a ``ValueError``).
@@ -136,7 +137,27 @@ def window(messages: Sequence[Message], limit: int | None) -> list[Message]:
     if limit is None:
         return list(messages)
     _check_window_limit(limit)
-    return list(messages[_window_start(messages, limit) :])
+    if limit == 0:
+        return []
+    start = _window_start(messages, limit)
+    return _with_prompt(messages[: _leading_system(messages)], messages[start:], start)
+
+
+def _leading_system(messages: Sequence[Message]) -> int:
+    """How many system messages open ``messages``."""
+    count = 0
+    for message in messages:
+        if message.get("role") != "system":
+            break
+        count += 1
+    return count
+
+
+def _with_prompt(prompt: Sequence[Message], rest: Sequence[Message], start: int) -> list[Message]:
+    """The opening system messages, then the window (which starts at ``start``)."""
+    if start <= len(prompt):  # the window reaches back into them already
+        return list(prompt[:start]) + list(rest)
+    return list(prompt) + list(rest)
 
 
 def _settled(chunk: Sequence[Message], start: int) -> bool:
@@ -168,13 +189,19 @@ def _settled(chunk: Sequence[Message], start: int) -> bool:
     return True
 
 
-def read_window(read: Callable[[int | None], list[Message]], limit: int | None) -> list[Message]:
+def read_window(
+    read: Callable[[int | None], list[Message]],
+    limit: int | None,
+    head: Callable[[int], list[Message]] | None = None,
+) -> list[Message]:
     """The window of ``limit`` messages (:func:`window`), reading only what it needs.
 
     ``read(n)`` returns the last ``n`` messages (``Buffer.read``). The read
     starts at ``limit`` messages and doubles until the window starts at a user
     turn inside what was read and pairs nothing before it, or the whole buffer
-    was read: the cost follows the window, not the buffer. ``limit=None`` reads
+    was read: the cost follows the window, not the buffer. ``head(n)`` returns
+    the first ``n`` messages: the system messages that open the history are read
+    through it and kept, as :func:`window` keeps them. ``limit=None`` reads
     everything.
 
     Raises:
@@ -189,9 +216,21 @@ def read_window(read: Callable[[int | None], list[Message]], limit: int | None) 
     while True:
         chunk = read(size)
         start = _window_start(chunk, limit)
-        if len(chunk) < size or (start > 0 and _settled(chunk, start)):
-            return chunk[start:]
+        if len(chunk) < size:  # the whole history
+            return window(chunk, limit)
+        if start > 0 and _settled(chunk, start):
+            break
         size *= 2
+    if head is None:
+        return chunk[start:]
+    n = 4
+    while True:  # the opening system messages, however many there are
+        first = head(n)
+        prompt = first[: _leading_system(first)]
+        if len(prompt) < n or len(first) < n:
+            break
+        n *= 2
+    return prompt + chunk[start:]
 
 
 def prepare(messages: Sequence[Message], limit: int | None = None) -> list[Message]:
