@@ -72,6 +72,7 @@ def recorded(
         len(buf)
         buf.pop()
         buf.read()
+        buf.to_openai_chat(limit=1)  # reads the head of the buffer for its system prompt
         turn = store.buffer("s", "", "k").append({"role": "assistant", "tool_calls": [{"id": "p"}]})
         with store.backend.write() as tx:
             from flowdrop_local import engine
