@@ -1,7 +1,7 @@
-"""Review findings (second pass): strict xfails, each a demonstrated bug.
+"""Review findings (second pass), now fixed: Store.close() ends an export in progress.
 
-Each test passes once its bug is fixed; strict=True then turns it into a failure,
-which is the signal to drop the marker.
+Its next row raises StoreClosed, and on PostgreSQL its connection and snapshot
+are released at once.
 """
 
 from __future__ import annotations
@@ -41,11 +41,6 @@ def _store_with_rows(target: str, n: int) -> Store:
     return store
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an export started before Store.close() goes on yielding rows after it: "
-    "snapshot_rows never checks the backend again once its generator has started",
-)
 def test_an_export_in_progress_stops_at_close(target: str) -> None:
     """After close, the next row of an export started before it is StoreClosed, as every read."""
     store = _store_with_rows(target, 5)
@@ -59,11 +54,6 @@ def test_an_export_in_progress_stops_at_close(target: str) -> None:
         _close(records)  # else the schema of the PostgreSQL case cannot be dropped
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PostgresBackend.close() closes the pool, which leaves a checked-out connection "
-    "open: an export in progress keeps its REPEATABLE READ transaction on the server",
-)
 def test_close_ends_the_snapshot_of_an_export_in_progress(postgresql_url: str) -> None:
     """Store.close() releases every connection (Backend.close), an export's included."""
     before = _idle_in_transaction(postgresql_url)

@@ -27,6 +27,7 @@ import logging
 import random
 import re
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -509,6 +510,7 @@ class PostgresBackend(Backend):
         self.read_only = False
         self.lock_warning_after = lock_warning_after
         self._closed = True
+        self._exporting: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         if isinstance(target, str):
             self.where = redact(target)
             try:
@@ -576,6 +578,11 @@ class PostgresBackend(Backend):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            # A checked-out connection outlives the pool's close: end the exports'
+            # snapshots here (their next row raises StoreClosed).
+            for conn in list(self._exporting):
+                with contextlib.suppress(psycopg.Error):
+                    conn.close()
             if self._owns_pool:
                 self._pool.close()
 
@@ -662,6 +669,7 @@ class PostgresBackend(Backend):
         connection of its own, each read through a server-side cursor in turn."""
         self.ensure_open()
         with self._connection() as conn:
+            self._exporting.add(conn)  # close() ends it, with the snapshot it holds
             try:
                 conn.execute(_READ_SNAPSHOT)
                 for i, (statement, params) in enumerate(reads):
@@ -669,10 +677,13 @@ class PostgresBackend(Backend):
                         cursor.itersize = 500
                         cursor.execute(SQL[statement], _params(statement, params))
                         for row in cursor:
+                            self.ensure_open()  # a store closed meanwhile: StoreClosed
                             yield i, row
             except psycopg.Error as error:
+                self.ensure_open()
                 raise FlowdropError(f"cannot export {self.where}: {_redacted(error)}") from None
             finally:
+                self._exporting.discard(conn)
                 _rollback(conn)
 
     # ------------------------------------------------------------- maintenance

@@ -585,7 +585,9 @@ class SqliteBackend(Backend):
         if self.path == ":memory:":
             with self.read() as tx:
                 everything = [(i, row) for i, (s, p) in enumerate(reads) for row in tx.all(s, p)]
-            yield from everything
+            for item in everything:
+                self.connection()  # a store closed meanwhile: StoreClosed, as every read
+                yield item
             return
         self.connection()  # StoreClosed, as every other read
         conn = self._reader()
@@ -608,12 +610,15 @@ class SqliteBackend(Backend):
                         for row in conn.execute(SQL[s], _json_arrays(p)).fetchall()
                     ]
                     conn.close()
-                    yield from everything
+                    for item in everything:
+                        self.connection()
+                        yield item
                     return
             for i, (statement, params) in enumerate(reads):
                 cursor = conn.execute(SQL[statement], _json_arrays(params))
                 while rows := cursor.fetchmany(_EXPORT_CHUNK):
                     for row in rows:
+                        self.connection()  # a store closed meanwhile: StoreClosed
                         yield i, row
         except sqlite3.Error as error:
             translated = self._translated(error)
