@@ -124,7 +124,7 @@ def test_append_and_read_statements_filter_on_the_buffer(
             (pg._LOCK_AT, ("s", "", "k")),
             (pg._STATE_AT, ("s", "", "k")),
             (pg._LOCK_ID, (1,)),
-            (pg._STATE, (1,)),
+            (pg.SQL["buffer_state"], (1,)),
         ]
         for sql, params in statements:
             plan = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0]  # type: ignore[index]

@@ -7,13 +7,12 @@ from typing import ClassVar
 
 from flowdrop_local import Store
 
-from ..core import APPEND, COLD, HEAL_1, HEAL_10, READ, Msg, declaring_turn
+from ..core import APPEND, COLD, HEAL_1, HEAL_10, READ, Msg
 from ..server import ServerSystem
+from .flowdrop import ADDRESS, BufferTimings
 
-ADDRESS = ("user", "u-1", "conversation-1")
 
-
-class PgFlowdrop(ServerSystem):
+class PgFlowdrop(BufferTimings, ServerSystem):
     """One ``Store`` (a pool of up to 8 connections) and one ``Buffer``, as a service keeps them."""
 
     family = "flowdrop"
@@ -32,27 +31,6 @@ class PgFlowdrop(ServerSystem):
     def close(self) -> None:
         self.store.close()
 
-    def append(self, msg: Msg) -> int:
-        append = self.buffer.append
-        started = time.perf_counter_ns()
-        append(msg)
-        return time.perf_counter_ns() - started
-
-    def heal(self, call_ids: list[str], user: Msg) -> int:
-        self.buffer.append(declaring_turn(call_ids))
-        append = self.buffer.append
-        started = time.perf_counter_ns()
-        result = append(user)
-        elapsed = time.perf_counter_ns() - started
-        if len(result.healed_ids) != len(call_ids):  # the workload is wrong, not slow
-            raise RuntimeError(f"expected {len(call_ids)} healed, got {len(result.healed_ids)}")
-        return elapsed
-
-    def read(self, limit: int) -> int:
-        read = self.buffer.read
-        started = time.perf_counter_ns()
-        read(limit=limit)
-        return time.perf_counter_ns() - started
 
     def cold_read(self, limit: int) -> int:
         started = time.perf_counter_ns()

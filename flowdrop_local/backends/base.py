@@ -21,10 +21,6 @@ class Tx(Transaction, abc.ABC):
     def remember(self, state: BufferState) -> None:
         """Keep ``state`` as the buffer's tail once this transaction commits (a cache)."""
 
-    @abc.abstractmethod
-    def scan(self, statement: str, params: Any = (), size: int = 1000) -> Iterator[Any]:
-        """The rows of a long read, fetched ``size`` at a time."""
-
 
 class Backend(abc.ABC):
     """A database: its connections, transactions and dialect.

@@ -92,10 +92,12 @@ SQL: dict[str, str] = {
     "create_buffer": (
         "INSERT INTO buffers (scope, scope_id, key) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
     ),
+    # By id, under the row lock (_PgTx.open): the id too, as _STATE_AT gives it.
     "buffer_state": (
-        "SELECT message_count, (SELECT max(position) FROM messages WHERE buffer_id = %(id)s), "
-        "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = %(id)s AND answered_by IS NULL) "
-        "FROM buffers WHERE id = %(id)s"
+        "SELECT id, message_count, "
+        "(SELECT max(position) FROM messages WHERE buffer_id = buffers.id), "
+        "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = buffers.id AND answered_by IS NULL) "
+        "FROM buffers WHERE id = %s"
     ),
     "insert_message": (
         "INSERT INTO messages "
@@ -304,18 +306,12 @@ SQL: dict[str, str] = {
 # Statements written with named parameters: the engine's positional rows map onto them.
 _NAMED: dict[str, tuple[str, ...]] = {
     "pairing_state": ("b", "a", "d"),
-    "buffer_state": ("id",),
     "declare_call": ("b", "c", "d", "o"),
     "evict_oldest": ("b", "n"),
     "session_list_all": ("w",),
     "session_list_for": ("u", "w"),
 }
 # Steps whose parameters name a message by id alone but PostgreSQL keys it by buffer.
-_STATE = (
-    "SELECT id, message_count, (SELECT max(position) FROM messages WHERE buffer_id = buffers.id), "
-    "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = buffers.id AND answered_by IS NULL) "
-    "FROM buffers WHERE id = %s"
-)
 _LOCK_AT = (
     "SELECT id FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s FOR UPDATE"
 )
@@ -398,13 +394,6 @@ class _PgTx(Tx):
         rows = [_params(statement, row) for row in rows] if statement in _NAMED else rows
         self._queued.append((SQL[statement], rows, True))
 
-    def scan(self, statement: str, params: Any = (), size: int = 1000) -> Iterator[Any]:
-        self._send()
-        with self.conn.cursor(name=f"flowdrop_scan_{id(self)}") as named:
-            named.itersize = size
-            named.execute(SQL[statement], _params(statement, params))
-            yield from named
-
     def open(self, statement: str, params: Any) -> BufferState:
         scope, scope_id, key, known_id = params
         lock, lock_params = (_LOCK_AT, (scope, scope_id, key)) if known_id is None else (
@@ -432,7 +421,11 @@ class _PgTx(Tx):
         Returns (the locked row or None, the state or None): the state of a row the
         lock did not find (committed meanwhile) is not to be trusted.
         """
-        state, state_params = (_STATE_AT, address) if known_id is None else (_STATE, (known_id,))
+        state_params: tuple[object, ...]
+        if known_id is None:
+            state, state_params = _STATE_AT, address
+        else:
+            state, state_params = SQL["buffer_state"], (known_id,)
         warn_after = self._backend.lock_warning_after
         fresh = self.fresh
         self.fresh = False

@@ -325,11 +325,6 @@ class _SqliteTx(Tx):
     def many(self, statement: str, rows: Any) -> None:
         self.conn.executemany(SQL[statement], rows)
 
-    def scan(self, statement: str, params: Any = (), size: int = 1000) -> Iterator[Any]:
-        cursor = self.conn.execute(SQL[statement], params)
-        while rows := cursor.fetchmany(size):
-            yield from rows
-
     def open(self, statement: str, params: Any) -> BufferState:
         scope, scope_id, key, known_id = params
         conn = self.conn
