@@ -1,4 +1,4 @@
--- flowdrop_local schema, version 2.
+-- flowdrop_local schema, version 3.
 --
 -- This file is the only definition of the schema. The library applies it with
 -- executescript() when it creates a database, and never restates it in Python;
@@ -6,33 +6,52 @@
 --
 -- Storage model
 --   buffers     one row per conversation buffer, addressed by (scope, scope_id, key).
---   messages    one row per message. Order is the fractional `position` key
---               (rocicorp fractional-indexing format, compared under BINARY), so a
---               row can be placed between two others without renumbering.
+--   messages    one row per message, stored clustered on (buffer_id, position): a
+--               buffer's messages sit together in position order, so reading the
+--               last N touches a few pages, and an append writes one table page
+--               and one page of the id index (version 3). Order is the fractional
+--               `position` key (rocicorp fractional-indexing format, compared
+--               under BINARY), so a row can be placed between two others without
+--               renumbering.
 --   tool_calls  the ledger of declared tool calls: one row per declaration (a
 --               call id a turn declares), written in the same transaction as the
 --               message. Healing (MEM-3) reads the unanswered calls from its
 --               partial index instead of scanning the history.
+--
+-- Message ids are UUIDs (version 7 for the ones the library makes), stored as
+-- their 16 bytes; the API, export and import use the text form.
+--
+-- A buffer's message count (MEM-14) is the `tally` of its last message by
+-- position: an append writes it on the row it inserts anyway, so counting costs
+-- no page of its own; the delete trigger below keeps it on the last row. Only the
+-- last row's tally means anything. A writer that inserts behind the library must
+-- set it (flowdrop-local check reports a wrong count).
+--
+-- Search (opt-in, not part of this file): a WITHOUT ROWID table has no integer
+-- rowid for an FTS5 external-content index, so a search index keeps its own
+-- table of text keyed by an integer, with the message id beside it.
 
--- buffers.message_count (version 2): the library sets it once per append (one
--- write, not one per row), and the delete trigger below keeps it on every delete.
--- A writer that inserts messages behind the library must keep it too
--- (flowdrop-local check reports a wrong count). The comment inside the table is
--- version 1's, kept because SQLite stores a table's text as written.
 CREATE TABLE buffers (
     id            INTEGER PRIMARY KEY,
     scope         TEXT NOT NULL,
     scope_id      TEXT NOT NULL,
     key           TEXT NOT NULL,
-    -- Kept by the triggers below, so that an append reports its count (MEM-14)
-    -- without counting the buffer.
-    message_count INTEGER NOT NULL DEFAULT 0 CHECK (message_count >= 0),
+    -- What the application names and keeps on a conversation.
+    title         TEXT NOT NULL DEFAULT '',
+    metadata      TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata) AND json_type(metadata) = 'object'),
     created_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    -- The time of the last append, coarse: written at most once a minute, so an
+    -- append does not write this row (and the recency index) every time.
+    updated_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    -- Backstop for MEM-6/MEM-13: an identity scope never degrades to a shared bucket.
+    CHECK (scope NOT IN ('user', 'session') OR trim(scope_id) NOT IN ('', '0')),
     UNIQUE (scope, scope_id, key)
 ) STRICT;
 
+-- Conversations most recently updated first.
+CREATE INDEX buffers_recent ON buffers (updated_at, id);
+
 CREATE TABLE messages (
-    id            TEXT PRIMARY KEY CHECK (length(id) = 36),
     buffer_id     INTEGER NOT NULL REFERENCES buffers (id) ON DELETE CASCADE,
     -- STRICT TEXT: a key such as '10' is never turned into a number, and the
     -- GLOBs keep it to the base-62 alphabet with a letter head.
@@ -40,6 +59,7 @@ CREATE TABLE messages (
                       length(position) >= 2
                       AND position GLOB '[a-zA-Z]*'
                       AND position NOT GLOB '*[^0-9A-Za-z]*'),
+    id            BLOB NOT NULL UNIQUE CHECK (length(id) = 16),
     role          TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
     -- Plain text, or (content_parts = 1) a JSON array of content parts kept as sent.
     content       TEXT NOT NULL,
@@ -50,13 +70,15 @@ CREATE TABLE messages (
     -- metadata.tool_call_id (and healed) on a tool result.
     metadata      TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata) AND json_type(metadata) = 'object'),
     created_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    -- The buffer's message count, exact on its last row (see above).
+    tally         INTEGER NOT NULL DEFAULT 0,
     -- The call a tool result answers; indexed below for MEM-1 and MEM-10 look-ups.
     tool_call_id  TEXT GENERATED ALWAYS AS (
                       CASE WHEN role = 'tool' THEN json_extract(metadata, '$.tool_call_id') END) VIRTUAL,
     healed        INTEGER GENERATED ALWAYS AS (
                       coalesce(json_type(metadata, '$.healed') = 'true', 0)) VIRTUAL,
-    UNIQUE (buffer_id, position)
-) STRICT;
+    PRIMARY KEY (buffer_id, position)
+) STRICT, WITHOUT ROWID;
 
 -- MEM-1: at most one result per call id in a buffer; also the look-up that finds
 -- the result (or healed placeholder) standing for a call.
@@ -70,11 +92,11 @@ CREATE TABLE tool_calls (
     -- one new id next to known ones), the first by position owns the pairing: its
     -- placeholder goes after it. One row each, so deleting the first hands the
     -- call to the next instead of forgetting it.
-    declared_by TEXT NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
+    declared_by BLOB NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
     ordinal     INTEGER NOT NULL CHECK (ordinal >= 0),
     -- The tool message answering the call, wherever it stands (the same on every
     -- row of the id); NULL while unanswered.
-    answered_by TEXT REFERENCES messages (id) ON DELETE SET NULL,
+    answered_by BLOB REFERENCES messages (id) ON DELETE SET NULL,
     PRIMARY KEY (buffer_id, call_id, declared_by)
 ) STRICT, WITHOUT ROWID;
 
@@ -84,9 +106,14 @@ CREATE INDEX tool_calls_unanswered ON tool_calls (buffer_id) WHERE answered_by I
 CREATE INDEX tool_calls_declared_by ON tool_calls (declared_by);
 CREATE INDEX tool_calls_answered_by ON tool_calls (answered_by) WHERE answered_by IS NOT NULL;
 
-CREATE TRIGGER messages_count_delete AFTER DELETE ON messages
+-- A deletion keeps the count on the last row: the deleted row's tally, less one,
+-- when it was the last; else the last row's, less one. So no writer can make the
+-- count wrong by deleting (an insert behind the library must set the tally).
+CREATE TRIGGER messages_tally_delete AFTER DELETE ON messages
 BEGIN
-    UPDATE buffers SET message_count = message_count - 1 WHERE id = OLD.buffer_id;
+    UPDATE messages SET tally = CASE WHEN OLD.position > position THEN OLD.tally ELSE tally END - 1
+    WHERE buffer_id = OLD.buffer_id
+      AND position = (SELECT max(position) FROM messages WHERE buffer_id = OLD.buffer_id);
 END;
 
 -- Backstop for MEM-3: a writer that bypasses the library but keeps the ledger
@@ -101,14 +128,14 @@ BEGIN
     SELECT RAISE(ABORT, 'MEM-3: a user message cannot follow an unanswered tool call; append it through flowdrop_local, which heals the call first');
 END;
 
--- A row keeps its buffer, position and role for life: placing a message between
--- two others never renumbers anything.
-CREATE TRIGGER messages_place_is_fixed BEFORE UPDATE OF buffer_id, position, role ON messages
+-- A row keeps its buffer, position, id and role for life: placing a message
+-- between two others never renumbers anything.
+CREATE TRIGGER messages_place_is_fixed BEFORE UPDATE OF buffer_id, position, id, role ON messages
 BEGIN
-    SELECT RAISE(ABORT, 'a message keeps its buffer, position and role');
+    SELECT RAISE(ABORT, 'a message keeps its buffer, position, id and role');
 END;
 
--- Identity scopes and sessions (version 2; MEM-6 to MEM-9, MEM-13, MEM-15).
+-- Identity scopes and sessions (since version 2; MEM-6 to MEM-9, MEM-13, MEM-15).
 --   memory           key-value memory, in the same (scope, scope_id) slots as buffers.
 --   sessions         one row per session; its conversation is the buffer
 --                    ('session', sessions.id, 'conversation-<n>').
@@ -129,13 +156,6 @@ CREATE TABLE memory (
     CHECK (scope NOT IN ('user', 'session') OR trim(scope_id) NOT IN ('', '0')),
     PRIMARY KEY (scope, scope_id, key)
 ) STRICT, WITHOUT ROWID;
-
--- Backstop for MEM-6/MEM-13 on buffers, which predate it (a CHECK would need a rebuild).
-CREATE TRIGGER buffers_identity_scope_needs_identity BEFORE INSERT ON buffers
-WHEN NEW.scope IN ('user', 'session') AND trim(NEW.scope_id) IN ('', '0')
-BEGIN
-    SELECT RAISE(ABORT, 'MEM-6/MEM-13: a user or session buffer needs a real identity, not an empty or zero id');
-END;
 
 CREATE TABLE sessions (
     -- A UUID (version 7, time-ordered), so ids are unguessable and index in order.
@@ -169,4 +189,4 @@ CREATE TABLE session_viewers (
 CREATE INDEX session_viewers_user ON session_viewers (user_id);
 
 PRAGMA application_id = 1178881107;  -- 0x46444C53, 'FDLS'
-PRAGMA user_version = 2;
+PRAGMA user_version = 3;

@@ -15,8 +15,10 @@ changed) would otherwise run its SQL inside the library's own transactions.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sqlite3
+import uuid
 from collections.abc import Callable, Iterator
 from functools import cache
 from importlib import resources
@@ -26,17 +28,20 @@ from .errors import NotADatabase, NotAFlowdropDatabase, SchemaTooNew
 from .rules.pairing import declared_call_ids
 
 APPLICATION_ID = 0x46444C53  # 'FDLS'
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+
+log = logging.getLogger("flowdrop_local")
 
 
-def create_missing_objects(conn: sqlite3.Connection) -> None:
-    """Migration step for additive changes: create what schema.sql declares and the file lacks.
+def create_missing_objects(conn: sqlite3.Connection, script: str | None = None) -> None:
+    """Migration step for additive changes: create what a schema declares and the file lacks.
 
     Tables, indexes and triggers are matched by name, so the statements come from
-    schema.sql itself and the schema is still written down once.
+    schema.sql itself (or, for a step to an older version, that version's frozen
+    copy in ``migrations/``) and the schema is still written down once.
     """
     present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-    for statement in statements(schema_sql()):
+    for statement in statements(schema_sql() if script is None else script):
         name = _created_name(statement)
         if name is not None and name not in present:
             conn.execute(statement)
@@ -61,7 +66,8 @@ def rebuild_ledger(conn: sqlite3.Connection) -> None:
 
     The ledger is derived data: one row per (call id, declaring turn), ordinal
     from the turn's first declaration of the id, answered by the buffer's tool
-    message for the id. Reads every message once.
+    message for the id. Reads every message once; ids are copied as stored (text
+    in version 2, bytes from version 3).
     """
     conn.execute("DELETE FROM tool_calls")
     rows = conn.execute(
@@ -93,21 +99,118 @@ def _upgrade_1_to_2(conn: sqlite3.Connection) -> None:
     The version-1 ledger had one row per call id, lost when its first declaring
     turn was deleted though a later turn declared the id too; it is rebuilt. The
     per-row insert trigger on the message count goes (the append sets it once).
-    Created from schema.sql by name: valid while those objects keep their version-2
-    shape (a later change to them comes with its own step after this one).
+    Created by name from the frozen copy of the version-2 schema.
     """
     conn.execute("DROP TABLE tool_calls")
-    # Recreated from schema.sql: it now reads the ledger's unanswered-calls index.
+    # Recreated: it now reads the ledger's unanswered-calls index.
     conn.execute("DROP TRIGGER messages_user_needs_answered_calls")
     # The count is now set once per append by the library (not once per row).
     conn.execute("DROP TRIGGER messages_count_insert")
-    create_missing_objects(conn)
+    create_missing_objects(conn, _frozen_schema(2))
     rebuild_ledger(conn)
+
+
+_ID_NAMESPACE = uuid.UUID("5f1d0c2e-8a4b-4c3e-9f60-7d2a1b3c4e5f")
+
+
+def _stored_id(text: str) -> bytes:
+    """A version-2 id as version 3 stores it: its 16 bytes; a text that is not a UUID
+    (version 2 checked only its length) maps to a name-based UUID of itself."""
+    try:
+        return uuid.UUID(text).bytes
+    except (ValueError, TypeError, AttributeError):
+        return uuid.uuid5(_ID_NAMESPACE, str(text)).bytes
+
+
+def _upgrade_2_to_3(conn: sqlite3.Connection) -> None:
+    """2 -> 3: messages clustered on (buffer_id, position), 16-byte ids, the count on the
+    last row, conversation title, metadata and recency on buffers.
+
+    The tables are rebuilt under their names (renamed aside, created from schema.sql,
+    copied, dropped); the ledger is derived, so it is rebuilt from the messages.
+    """
+    _refuse_foreign_objects(conn, ("buffers", "messages", "tool_calls"), _frozen_schema(2))
+    for trigger in (
+        "messages_count_delete",
+        "messages_user_needs_answered_calls",
+        "messages_place_is_fixed",
+        "buffers_identity_scope_needs_identity",
+    ):
+        conn.execute(f"DROP TRIGGER {trigger}")
+    conn.execute("DROP TABLE tool_calls")  # its indexes go with it
+    conn.execute("DROP INDEX messages_tool_result")
+    conn.execute("ALTER TABLE messages RENAME TO messages_v2")
+    conn.execute("ALTER TABLE buffers RENAME TO buffers_v2")
+    create_missing_objects(conn)
+    odd = conn.execute(
+        "SELECT count(*) FROM messages_v2 WHERE lower(id) NOT GLOB "
+        "'[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]-"
+        "[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-"
+        "[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-"
+        "[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]"
+        "[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]'"
+    ).fetchone()[0]
+    if odd:
+        log.warning(
+            "flowdrop_local: %d message id(s) were not UUIDs; version 3 stores each as "
+            "the name-based UUID (uuid5) of its old text",
+            odd,
+        )
+    conn.execute(
+        "INSERT INTO buffers (id, scope, scope_id, key, created_at, updated_at) "
+        "SELECT b.id, b.scope, b.scope_id, b.key, b.created_at, "
+        "coalesce((SELECT max(created_at) FROM messages_v2 WHERE buffer_id = b.id), b.created_at) "
+        "FROM buffers_v2 AS b"
+    )
+    conn.create_function("flowdrop_stored_id", 1, _stored_id, deterministic=True)
+    conn.execute(
+        "INSERT INTO messages (buffer_id, position, id, role, content, content_parts, "
+        "metadata, created_at, tally) "
+        "SELECT buffer_id, position, flowdrop_stored_id(id), role, content, content_parts, "
+        "metadata, created_at, row_number() OVER (PARTITION BY buffer_id ORDER BY position) "
+        "FROM messages_v2 ORDER BY buffer_id, position"
+    )
+    conn.execute("DROP TABLE messages_v2")
+    conn.execute("DROP TABLE buffers_v2")
+    rebuild_ledger(conn)
+
+
+def _refuse_foreign_objects(conn: sqlite3.Connection, tables: tuple[str, ...], script: str) -> None:
+    """Refuse to rebuild tables that carry an index or trigger the old schema did not make
+    (rebuilding would drop it unseen; the upgrade rolls back and the file stays as it was)."""
+    made = sqlite3.connect(":memory:")
+    try:
+        for statement in statements(script):
+            made.execute(statement)
+        ours = {name for (name,) in made.execute("SELECT name FROM sqlite_master")}
+    finally:
+        made.close()
+    marks = ", ".join("?" * len(tables))
+    for type_, name, table in conn.execute(
+        f"SELECT type, name, tbl_name FROM sqlite_master WHERE tbl_name IN ({marks}) "
+        "AND type IN ('index', 'trigger')",
+        tables,
+    ):
+        if name not in ours:
+            raise NotAFlowdropDatabase(
+                f"the file has a schema flowdrop_local did not make: {type_} {name} is not "
+                f"flowdrop_local's and names its table {table}"
+            )
 
 
 # MIGRATIONS[n] upgrades a version-n file to version n + 1, inside the one
 # transaction prepare() opens. Append-only: a released step is never edited.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _upgrade_1_to_2}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: _upgrade_1_to_2,
+    2: _upgrade_2_to_3,
+}
+
+
+@cache
+def _frozen_schema(version: int) -> str:
+    """The schema of an older version, as the step that made it created it."""
+    frozen = resources.files("flowdrop_local").joinpath(f"migrations/schema_v{version}.sql")
+    return frozen.read_text(encoding="utf-8")
 
 
 @cache

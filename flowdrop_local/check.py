@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from ._ids import id_text
 from ._schema import schema_problems
 from .positions import is_valid_key
 from .rules.pairing import PLACEHOLDER_CONTENT, declared_call_ids, placeholder_metadata
@@ -40,7 +41,7 @@ class Violation:
 
 
 _MESSAGES = (
-    "SELECT id, position, role, metadata, content FROM messages "
+    "SELECT id, position, role, metadata, content, tally FROM messages "
     "WHERE buffer_id = ? ORDER BY position"
 )
 _LEDGER = "SELECT call_id, declared_by, ordinal, answered_by FROM tool_calls WHERE buffer_id = ?"
@@ -78,15 +79,13 @@ def check_database(conn: sqlite3.Connection) -> list[Violation]:
     except sqlite3.DatabaseError as error:
         violations.append(Violation("integrity_check", f"cannot check foreign keys: {error}"))
     try:
-        buffers = conn.execute(
-            "SELECT id, scope, scope_id, key, message_count FROM buffers"
-        ).fetchall()
+        buffers = conn.execute("SELECT id, scope, scope_id, key FROM buffers").fetchall()
     except sqlite3.DatabaseError as error:
         return [*violations, Violation("integrity_check", f"cannot list the buffers: {error}")]
-    for buffer_id, scope, scope_id, key, stored_count in buffers:
+    for buffer_id, scope, scope_id, key in buffers:
         name = f"{scope}/{scope_id}/{key}"
         try:
-            violations += _check_buffer(conn, buffer_id, name, stored_count)
+            violations += _check_buffer(conn, buffer_id, name)
         except sqlite3.DatabaseError as error:
             violations.append(
                 Violation("integrity_check", f"cannot read the buffer: {error}", name)
@@ -125,6 +124,7 @@ def _foreign_keys(conn: sqlite3.Connection) -> list[Violation]:
             f"(SELECT 1 FROM {_quote(parent)} AS p WHERE {match})"
         ).fetchall()
         for row in rows:
+            row = tuple(_shown_id(value) for value in row)
             named = dict(zip(names, row, strict=False))
             dangling = ", ".join(
                 f"{column} {value!r}"
@@ -171,12 +171,21 @@ def _check_schema(conn: sqlite3.Connection) -> list[Violation]:
     return [Violation("schema", problem) for _, problem in schema_problems(objects)]
 
 
-def _check_buffer(
-    conn: sqlite3.Connection, buffer_id: int, name: str, stored_count: int
-) -> list[Violation]:
-    messages = conn.execute(_MESSAGES, (buffer_id,)).fetchall()
-    ledger = conn.execute(_LEDGER, (buffer_id,)).fetchall()
-    return check_rows(name, stored_count, messages, ledger)
+def _shown_id(value: object) -> object:
+    """A stored id (16 bytes) as its text; any other value as it is."""
+    return id_text(value) or value
+
+
+def _check_buffer(conn: sqlite3.Connection, buffer_id: int, name: str) -> list[Violation]:
+    """One buffer's invariants; its count is the last row's tally (schema.sql)."""
+    rows = conn.execute(_MESSAGES, (buffer_id,)).fetchall()
+    messages = [(_shown_id(id_), *rest) for id_, *rest in (row[:5] for row in rows)]
+    ledger = [
+        (call_id, _shown_id(declared_by), ordinal, _shown_id(answered_by))
+        for call_id, declared_by, ordinal, answered_by in conn.execute(_LEDGER, (buffer_id,))
+    ]
+    stored_count = rows[-1][5] if rows else 0
+    return check_rows(name, stored_count, messages, ledger)  # type: ignore[arg-type]
 
 
 def check_rows(
@@ -209,7 +218,7 @@ def check_rows(
             metadata = {}
         rows.append((id_, position, role, metadata))
     if stored_count != len(rows):
-        report("count", f"buffers.message_count is {stored_count}, the buffer holds {len(rows)}")
+        report("count", f"the stored count is {stored_count}, the buffer holds {len(rows)}")
 
     index_of = {row[0]: i for i, row in enumerate(rows)}
     expected: dict[str, tuple[str, int]] = {}  # call id -> (first declaring message, ordinal)

@@ -66,9 +66,15 @@ class BufferState(NamedTuple):
     """What an append needs to know of a buffer before it starts."""
 
     id: int
-    message_count: int
+    message_count: int  # the tally of the last message (0 when empty)
     tail: str | None  # the last position, None when empty
     dangling: bool  # may hold an unanswered call
+    updated: int  # buffers.updated_at, in seconds since the epoch
+
+
+# buffers.updated_at is coarse: an append writes it only when it is older than this,
+# so most appends leave the buffer's row (and its recency index) alone.
+UPDATED_AT_GRANULARITY = 60
 
 
 class Placement(NamedTuple):
@@ -223,7 +229,10 @@ def append(
     after the append (for the backend's cache of buffer tails).
     """
     state: BufferState = yield "open", "open_buffer", (*address, known_id)
-    buffer_id, count, tail, dangling = state
+    buffer_id, count, tail, dangling, updated = state
+    # Every row carries the count as it stands once the row is in (its tally);
+    # the last row's is the buffer's count. tail_tally tracks the last row's.
+    tail_tally = count
     new_ids: list[str] = []
     healed_ids: list[str] = []
     replaced_ids: list[str] = []
@@ -263,7 +272,11 @@ def append(
                     if place is None or place.position is None
                     else _checked_position(place, tail, index)
                 )
-                tail = yield from heal(buffer_id, tail, healed_ids, limit, answered=results)
+                healed_before = len(healed_ids)
+                tail, tail_tally = yield from heal(
+                    buffer_id, tail, tail_tally, count, healed_ids, limit, answered=results
+                )
+                count += len(healed_ids) - healed_before
                 writes.dangling = False
                 open_calls.clear()
         elif role == "tool" and call_id is not None:
@@ -303,21 +316,24 @@ def append(
                 else:
                     (position,), at_end = yield from _positions_after(buffer_id, turn[0], 1)
                 message_id = new_message_id() if place is None else place.id
-                row = _row(message_id, buffer_id, position, message, place)
+                count += 1
+                row = _row(message_id, buffer_id, position, message, place, count)
                 yield "write", "insert_message", row
                 yield "write", "mark_answered", (message_id, buffer_id, call_id)
                 new_ids.append(message_id)
                 results[call_id] = (message_id, True)
                 open_calls.discard(call_id)
                 if at_end:
-                    tail = position
+                    tail, tail_tally = position, count
                 continue
         elif message.declared and known.issuperset(message.declared):  # MEM-2
             dropped += 1
             continue
         tail = _checked_position(place, tail, index)
         message_id = new_message_id() if place is None else place.id
-        writes.rows.append(_row(message_id, buffer_id, tail, message, place))
+        count += 1
+        tail_tally = count
+        writes.rows.append(_row(message_id, buffer_id, tail, message, place, count))
         new_ids.append(message_id)
         if call_id is not None:
             writes.answers.append((message_id, buffer_id, call_id))
@@ -331,23 +347,28 @@ def append(
             known.update(message.declared)
     yield from writes.flush()
     dangling = writes.dangling
-    count += len(new_ids) + len(healed_ids)
-    if new_ids or healed_ids:
-        yield "write", "set_count", (count, buffer_id)
+    if tail is not None and tail_tally != count:
+        # A row placed before the last one (a placeholder) changed the count.
+        yield "write", "set_tally", (count, buffer_id, tail)
     evicted = 0
     if window is not None and count > window:
         evicted = yield from _evict(buffer_id, count - window)
-        row = yield "one", "tail", (buffer_id,)
-        tail = row[0]
+        count -= evicted  # the delete trigger keeps the tally
         # An evicted result (or first declaring turn) can leave a call unanswered
         # with user turns after it: heal those now, so no stored user turn ever
         # follows an unanswered call (MEM-3). Those placeholders may exceed the window.
         healed_before = len(healed_ids)
-        tail = yield from heal(buffer_id, tail, healed_ids, before_users_only=True)
-        count += len(healed_ids) - healed_before - evicted  # the trigger took the evicted
+        yield from heal(buffer_id, None, 0, count, healed_ids, before_users_only=True)
         if len(healed_ids) > healed_before:
-            yield "write", "set_count", (count, buffer_id)
+            count += len(healed_ids) - healed_before
+            yield from _settle_tally(buffer_id, count)
+        row = yield "one", "tail", (buffer_id,)
+        tail = row[0]
         dangling = True
+    now = int(time.time())
+    if (new_ids or healed_ids or replaced_ids) and now - updated >= UPDATED_AT_GRANULARITY:
+        yield "write", "touch_buffer", (buffer_id,)
+        updated = now
     result = AppendResult(
         count=count,
         appended=len(new_ids),
@@ -357,11 +378,16 @@ def append(
         dropped=dropped,
         evicted=evicted,
     )
-    return result, BufferState(buffer_id, count, tail, dangling)
+    return result, BufferState(buffer_id, count, tail, dangling, updated)
 
 
 def _row(
-    message_id: str, buffer_id: int, position: str, message: Incoming, place: Placement | None
+    message_id: str,
+    buffer_id: int,
+    position: str,
+    message: Incoming,
+    place: Placement | None,
+    tally: int,
 ) -> tuple[Any, ...]:
     return (
         message_id,
@@ -372,7 +398,15 @@ def _row(
         message.content_parts,
         message.metadata,
         None if place is None else place.created_at,
+        tally,
     )
+
+
+def _settle_tally(buffer_id: int, count: int) -> Plan:
+    """Write ``count`` on the buffer's last row, after placeholders went in before it."""
+    row = yield "one", "tail", (buffer_id,)
+    if row is not None and row[0] is not None:
+        yield "write", "set_tally", (count, buffer_id, row[0])
 
 
 def _evict(buffer_id: int, excess: int) -> Generator[Step, Any, int]:
@@ -388,18 +422,21 @@ def _evict(buffer_id: int, excess: int) -> Generator[Step, Any, int]:
 def heal(
     buffer_id: int,
     tail: str | None,
+    tail_tally: int,
+    count: int,
     healed_ids: list[str],
     limit: str | None = None,
     *,
     before_users_only: bool = False,
     answered: dict[str, tuple[str, bool]] | None = None,
-) -> Generator[Step, Any, str | None]:
+) -> Generator[Step, Any, tuple[str | None, int]]:
     """Answer every unanswered call of the buffer with a placeholder (MEM-3).
 
     ``limit``: the position the coming message will take (import), which the
     placeholders must stay below. ``before_users_only``: heal only calls that a
     stored user turn follows (after a deletion). ``answered`` records each healed
-    call id's placeholder, for the append's batch view. Returns the new last position.
+    call id's placeholder, for the append's batch view. ``count`` is the buffer's
+    count before healing. Returns the new last position and the tally it carries.
     """
     unanswered = yield "all", "unanswered_calls", (buffer_id,)
     if before_users_only and unanswered:
@@ -415,8 +452,19 @@ def heal(
         for position, call_id in zip(positions, call_ids, strict=True):
             message_id = new_message_id()
             metadata = _PLACEHOLDER_METADATA.format(json.dumps(call_id, ensure_ascii=False))
+            count += 1
             rows.append(
-                (message_id, buffer_id, position, "tool", PLACEHOLDER_CONTENT, 0, metadata, None)
+                (
+                    message_id,
+                    buffer_id,
+                    position,
+                    "tool",
+                    PLACEHOLDER_CONTENT,
+                    0,
+                    metadata,
+                    None,
+                    count,
+                )
             )
             answers.append((message_id, buffer_id, call_id))
             healed_ids.append(message_id)
@@ -425,8 +473,8 @@ def heal(
         yield "many", "insert_message", rows
         yield "many", "mark_answered", answers
         if at_end:
-            tail = positions[-1]
-    return tail
+            tail, tail_tally = positions[-1], count
+    return tail, tail_tally
 
 
 def _positions_after(
@@ -470,7 +518,7 @@ def pop(buffer_id: int) -> Generator[Step, Any, tuple[Any, ...] | None]:
     row = yield "one", "last_message", (buffer_id,)
     if row is None:
         return None
-    yield "run", "delete_message", (buffer_id, row[0])
+    yield "run", "delete_message", (buffer_id, row[0])  # the delete trigger keeps the tally
     return tuple(row[1:])
 
 
@@ -492,17 +540,20 @@ def remove_message(message_id: str) -> Generator[Step, Any, bool]:
     if row is None:
         return False
     buffer_id, role, metadata = row
+    counted = yield "one", "count", (buffer_id,)
+    count: int = counted[0]
     owned: list[tuple[int, str]] = []
     if role == "assistant":
         for call_id in dict.fromkeys(declared_call_ids(json.loads(metadata))):
             first = yield "one", "declaring_message", (buffer_id, call_id)
             if first is not None and first[0] == message_id:
                 owned.append((buffer_id, call_id))
-    yield "run", "delete_message", (buffer_id, message_id)
-    if owned:
-        yield "many", "delete_placeholder", owned
+    # The delete trigger keeps the tally.
+    count -= yield "run", "delete_message", (buffer_id, message_id)
+    for owner in owned:
+        count -= yield "run", "delete_placeholder", owner
     healed: list[str] = []
-    yield from heal(buffer_id, None, healed, before_users_only=True)
+    yield from heal(buffer_id, None, 0, count, healed, before_users_only=True)
     if healed:
-        yield "write", "add_count", (len(healed), buffer_id)
+        yield from _settle_tally(buffer_id, count + len(healed))
     return True

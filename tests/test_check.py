@@ -14,7 +14,9 @@ from flowdrop_local import Store
 from flowdrop_local._schema import schema_sql, statements
 from flowdrop_local.cli import cli
 
-FIXED_ID = "f" * 36
+FIXED_ID = "ffffffff-ffff-ffff-ffff-ffffffffffff"
+FIXED_BLOB = "X'" + "f" * 32 + "'"  # its stored form (16 bytes)
+OTHER_BLOB = "X'" + "e" * 32 + "'"
 # Put back after the tampering it let through: a file missing it does not open.
 MEM3_TRIGGER = next(s for s in statements(schema_sql()) if "messages_user_needs_answered" in s)
 
@@ -40,7 +42,7 @@ def _raw(path: Path, *statements: str) -> None:
 
 
 TAMPERING: list[tuple[str, Callable[[Path], None], str]] = [
-    ("count", lambda p: _raw(p, "UPDATE buffers SET message_count = 99"), "message_count is 99"),
+    ("count", lambda p: _raw(p, "UPDATE messages SET tally = 99"), "stored count is 99"),
     (
         "ledger",
         lambda p: _raw(p, "DELETE FROM tool_calls WHERE call_id = 'c2'"),
@@ -62,9 +64,9 @@ TAMPERING: list[tuple[str, Callable[[Path], None], str]] = [
             p,
             "DROP TRIGGER messages_user_needs_answered_calls",
             f"INSERT INTO messages (id, buffer_id, position, role, content, metadata) VALUES "
-            f"('{FIXED_ID}', 1, 'b0', 'assistant', '', '{{\"tool_calls\":[{{\"id\":\"c9\"}}]}}')",
+            f"({FIXED_BLOB}, 1, 'b0', 'assistant', '', '{{\"tool_calls\":[{{\"id\":\"c9\"}}]}}')",
             "INSERT INTO messages (id, buffer_id, position, role, content) VALUES "
-            "('" + "e" * 36 + "', 1, 'b1', 'user', 'bypassed the guard')",
+            f"({OTHER_BLOB}, 1, 'b1', 'user', 'bypassed the guard')",
             MEM3_TRIGGER,
         ),
         "user turn after unanswered call 'c9'",
@@ -74,7 +76,7 @@ TAMPERING: list[tuple[str, Callable[[Path], None], str]] = [
         lambda p: _raw(
             p,
             "INSERT INTO messages (id, buffer_id, position, role, content, metadata) VALUES "
-            f"('{FIXED_ID}', 1, 'b0', 'tool', 'Tool call was interrupted; no result.', "
+            f"({FIXED_BLOB}, 1, 'b0', 'tool', 'Tool call was interrupted; no result.', "
             '\'{"tool_call_id":"zz","healed":true}\')',
         ),
         "which no turn declares",
@@ -110,10 +112,10 @@ def test_cli_check_exit_codes_and_json(tmp_path: Path) -> None:
     _healthy(path)
     clean = CliRunner().invoke(cli, ["--db", str(path), "check"])
     assert clean.exit_code == 0 and "ok" in clean.stdout
-    _raw(path, "UPDATE buffers SET message_count = 99")
+    _raw(path, "UPDATE messages SET tally = 99")
     dirty = CliRunner().invoke(cli, ["--db", str(path), "check"])
     assert dirty.exit_code == 1
-    assert "count: buffers.message_count is 99" in dirty.stdout
+    assert "count: the stored count is 99" in dirty.stdout
     report = json.loads(CliRunner().invoke(cli, ["--db", str(path), "check", "--json"]).stdout)
     assert report["ok"] is False and report["violations"][0]["check"] == "count"
 
@@ -122,11 +124,11 @@ def _several_kinds(path: Path) -> None:
     """Four kinds of damage at once: a count, a ledger row, a placeholder, a dangling reference."""
     _raw(
         path,
-        "UPDATE buffers SET message_count = 99",
+        "UPDATE messages SET tally = 99",
         "DELETE FROM tool_calls WHERE call_id = 'c2'",
         "UPDATE messages SET content = 'edited' WHERE healed = 1",
         "INSERT INTO tool_calls (buffer_id, call_id, declared_by, ordinal) "
-        f"VALUES (1, 'c7', '{FIXED_ID}', 0)",
+        f"VALUES (1, 'c7', {FIXED_BLOB}, 0)",
     )
 
 
@@ -238,7 +240,7 @@ def test_check_text_output_escapes_terminal_controls(tmp_path: Path) -> None:
         store.buffer("global", "\x1b]0;pwned\x07", "\x1b[2J").append(
             {"role": "user", "content": "hi"}
         )
-    _raw(path, "UPDATE buffers SET message_count = 99")
+    _raw(path, "UPDATE messages SET tally = 99")
     result = CliRunner().invoke(cli, ["--db", str(path), "check"])
     assert result.exit_code == 1
     assert "\x1b" not in result.output and "\x07" not in result.output

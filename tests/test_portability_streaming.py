@@ -7,6 +7,7 @@ import json
 import sqlite3
 import threading
 import tracemalloc
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -188,7 +189,7 @@ def test_a_damaged_row_on_export_is_named(
     conn.execute("PRAGMA ignore_check_constraints = ON")
     conn.execute(
         f"UPDATE messages SET {column} = ?, content_parts = ? WHERE id = ?",
-        (value, content_parts, bad_id),
+        (value, content_parts, uuid.UUID(bad_id).bytes),  # ids are stored as 16 bytes
     )
     conn.commit()
     conn.close()

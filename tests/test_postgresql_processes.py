@@ -412,11 +412,10 @@ def test_an_append_to_a_buffer_created_meanwhile_still_takes_its_lock(
         row = other.execute(f"SELECT id FROM buffers WHERE {address} FOR UPDATE").fetchone()
         assert row is not None
         other.execute(
-            "INSERT INTO messages (id, buffer_id, position, role, content) "
-            "VALUES (%s, %s, %s, 'assistant', 'first')",  # no trigger reads tool_calls
+            "INSERT INTO messages (id, buffer_id, position, role, content, tally) "
+            "VALUES (%s, %s, %s, 'assistant', 'first', 1)",  # no trigger reads tool_calls
             (str(uuid.uuid4()), row[0], key_between(None, None)),
         )
-        other.execute("UPDATE buffers SET message_count = 1 WHERE id = %s", (row[0],))
         stall.rollback()  # the state statement runs and sees the row
         wait_until_blocked(monitor, other.info.backend_pid, waiter)
         other.commit()

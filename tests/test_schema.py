@@ -92,7 +92,7 @@ def test_backstop_trigger_rejects_a_raw_user_insert_over_an_unanswered_call(
         conn.execute(
             "INSERT INTO messages (id, buffer_id, position, role, content) "
             "VALUES (?, ?, 'b0', 'user', 'x')",
-            ("0" * 36, buffer_id),
+            (bytes(16), buffer_id),
         )
     assert len(buffer) == 1
     # Through the library the same turn heals first, then lands.
@@ -117,7 +117,7 @@ def test_positions_must_be_well_formed_text(file_store: Store, position: object,
         conn.execute(
             "INSERT INTO messages (id, buffer_id, position, role, content) "
             "VALUES (?, 1, ?, 'system', 'y')",
-            ("1" * 36, position),
+            (b"\x01" * 16, position),
         )
 
 
@@ -125,7 +125,7 @@ def test_positions_and_roles_never_change(file_store: Store) -> None:
     """A stored row keeps its position and role: nothing is ever renumbered."""
     file_store.buffer("s", "", "k").append({"role": "system", "content": "x"})
     conn = _raw(file_store)
-    with pytest.raises(sqlite3.IntegrityError, match="keeps its buffer, position and role"):
+    with pytest.raises(sqlite3.IntegrityError, match="keeps its buffer, position, id and role"):
         conn.execute("UPDATE messages SET position = 'a5'")
     with pytest.raises(sqlite3.IntegrityError):
         conn.execute("UPDATE messages SET role = 'user'")
@@ -140,7 +140,7 @@ def test_metadata_must_be_a_json_object(file_store: Store, metadata: str) -> Non
         _raw(file_store).execute(
             "INSERT INTO messages (id, buffer_id, position, role, content, metadata) "
             "VALUES (?, 1, 'b0', 'system', 'y', ?)",
-            ("2" * 36, metadata),
+            (b"\x02" * 16, metadata),
         )
 
 
@@ -150,7 +150,7 @@ def test_foreign_keys_are_enforced(file_store: Store) -> None:
         _raw(file_store).execute(
             "INSERT INTO messages (id, buffer_id, position, role, content) "
             "VALUES (?, 99, 'a0', 'system', 'y')",
-            ("3" * 36,),
+            (b"\x03" * 16,),
         )
 
 
@@ -281,8 +281,8 @@ ALLOWED_OBJECTS = [
     (
         "our trigger re-created with other whitespace and comments",
         "DROP TRIGGER messages_place_is_fixed; CREATE TRIGGER messages_place_is_fixed\n"
-        "  BEFORE UPDATE OF buffer_id,position,role ON messages -- same, reformatted\n"
-        "BEGIN SELECT RAISE(ABORT, 'a message keeps its buffer, position and role'); END",
+        "  BEFORE UPDATE OF buffer_id,position,id,role ON messages -- same, reformatted\n"
+        "BEGIN SELECT RAISE(ABORT, 'a message keeps its buffer, position, id and role'); END",
     ),
 ]
 

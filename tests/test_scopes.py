@@ -425,12 +425,15 @@ def _rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
 
 
 def test_version_1_file_upgrades_to_the_fresh_schema(tmp_path: Path) -> None:
-    """v1.db opens as version 2: the sqlite_master of a fresh file, messages intact."""
+    """v1.db opens as the current version: the sqlite_master of a fresh file, messages intact."""
     old = tmp_path / "v1.db"
     shutil.copyfile(FIXTURES / "v1.db", old)
-    messages_sql = "SELECT * FROM messages ORDER BY buffer_id, position"
-    buffers_sql = "SELECT * FROM buffers ORDER BY id"
-    messages, buffers = _rows(old, messages_sql), _rows(old, buffers_sql)
+    columns = "buffer_id, position, role, content, content_parts, metadata, created_at"
+    # Version 3 stores an id as its 16 bytes: compare them as hex digits.
+    messages_sql = "SELECT {}, " + columns + " FROM messages ORDER BY buffer_id, position"
+    buffers_sql = "SELECT id, scope, scope_id, key, created_at FROM buffers ORDER BY id"
+    messages = _rows(old, messages_sql.format("upper(replace(id, '-', ''))"))
+    buffers = _rows(old, buffers_sql)
     assert _rows(old, "PRAGMA user_version") == [(1,)] and messages
     with Store(old) as store:
         history = store.buffer("session", "s1", "chat").read()
@@ -438,12 +441,12 @@ def test_version_1_file_upgrades_to_the_fresh_schema(tmp_path: Path) -> None:
         store.memory_set(ExecutionContext(user_id="42"), "user", "k", 1)  # the new tables work
     fresh = tmp_path / "fresh.db"
     Store(fresh).close()
-    assert SCHEMA_VERSION == 2
-    assert _rows(old, "PRAGMA user_version") == [(2,)]
+    assert SCHEMA_VERSION == 3
+    assert _rows(old, "PRAGMA user_version") == [(3,)]
     upgraded, created = set(_master(old)), set(_master(fresh))
     differing = sorted({entry[1] for entry in upgraded ^ created})
     assert not differing, f"upgraded and fresh files differ in: {differing}"
-    assert _rows(old, messages_sql) == messages
+    assert _rows(old, messages_sql.format("hex(id)")) == messages
     assert _rows(old, buffers_sql) == buffers
 
 

@@ -60,7 +60,7 @@ from .base import Backend, Durability, Tx
 log = logging.getLogger("flowdrop_local")
 
 APPLICATION_ID = "1178881107"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _RETRIES = 8
 # Conflicts PostgreSQL resolves by aborting one transaction: running it again succeeds.
 _RETRIED = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
@@ -84,6 +84,16 @@ _JOINED_AT = (
     "WHERE b.scope = %s AND b.scope_id = %s AND b.key = %s"
 )
 _NOW = "flowdrop_now()"
+# A buffer's count: the tally of its last row (postgresql.sql), NULL when it is empty.
+_TALLY = "SELECT tally FROM messages WHERE buffer_id = {} ORDER BY position DESC LIMIT 1"
+# What an append needs to know of a buffer (engine.BufferState), after its id.
+_STATE = (
+    "SELECT b.id, last.tally, last.position, "
+    "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = b.id AND answered_by IS NULL), "
+    "floor(extract(epoch FROM b.updated_at::timestamptz))::bigint "
+    "FROM buffers AS b LEFT JOIN LATERAL (SELECT tally, position FROM messages "
+    "WHERE buffer_id = b.id ORDER BY position DESC LIMIT 1) AS last ON true "
+)
 
 # The named statements, in PostgreSQL's dialect (the same names as backends/sqlite.py).
 SQL: dict[str, str] = {
@@ -93,16 +103,11 @@ SQL: dict[str, str] = {
         "INSERT INTO buffers (scope, scope_id, key) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
     ),
     # By id, under the row lock (_PgTx.open): the id too, as _STATE_AT gives it.
-    "buffer_state": (
-        "SELECT id, message_count, "
-        "(SELECT max(position) FROM messages WHERE buffer_id = buffers.id), "
-        "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = buffers.id AND answered_by IS NULL) "
-        "FROM buffers WHERE id = %s"
-    ),
+    "buffer_state": f"{_STATE}WHERE b.id = %s",
     "insert_message": (
         "INSERT INTO messages "
-        "(id, buffer_id, position, role, content, content_parts, metadata, created_at) "
-        f"VALUES (%s, %s, %s, %s, %s, %s, %s, coalesce(%s, {_NOW}))"
+        "(id, buffer_id, position, role, content, content_parts, metadata, created_at, tally) "
+        f"VALUES (%s, %s, %s, %s, %s, %s, %s, coalesce(%s, {_NOW}), %s)"
     ),
     "pairing_state": (
         "SELECT 1, tool_call_id, id, healed FROM messages "
@@ -123,8 +128,8 @@ SQL: dict[str, str] = {
         "UPDATE messages SET content = %s, content_parts = %s, metadata = %s "
         "WHERE buffer_id = %s AND id = %s"
     ),
-    "set_count": "UPDATE buffers SET message_count = %s WHERE id = %s",
-    "add_count": "UPDATE buffers SET message_count = message_count + %s WHERE id = %s",
+    "set_tally": "UPDATE messages SET tally = %s WHERE buffer_id = %s AND position = %s",
+    "touch_buffer": f"UPDATE buffers SET updated_at = {_NOW} WHERE id = %s",
     "unanswered_calls": (
         "SELECT m.position, t.call_id, (SELECT min(n.position) FROM messages AS n "
         "WHERE n.buffer_id = t.buffer_id AND n.position > m.position) "
@@ -173,9 +178,9 @@ SQL: dict[str, str] = {
         "WHERE buffer_id = %s ORDER BY position DESC LIMIT 1"
     ),
     # ------------------------------------------------------------------ reads
-    "count": "SELECT message_count FROM buffers WHERE id = %s",
-    "count_at": (
-        "SELECT message_count FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s"
+    "count": _TALLY.format("%s"),
+    "count_at": _TALLY.format(
+        "(SELECT id FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s)"
     ),
     "read_all_at": (
         f"SELECT m.role, m.content, m.content_parts, m.metadata FROM {_AT} ORDER BY m.position"
@@ -204,9 +209,9 @@ SQL: dict[str, str] = {
     "clear_ledger": "DELETE FROM tool_calls WHERE buffer_id = %s",
     "clear_messages": "DELETE FROM messages WHERE buffer_id = %s",
     "list_buffers": (
-        "SELECT scope, scope_id, key, message_count FROM buffers "
-        "WHERE message_count > 0 ORDER BY scope COLLATE \"C\", scope_id COLLATE \"C\", "
-        "key COLLATE \"C\""
+        "SELECT b.scope, b.scope_id, b.key, last.tally FROM buffers AS b "
+        f"JOIN LATERAL ({_TALLY.format('b.id')}) AS last ON true "
+        "ORDER BY b.scope COLLATE \"C\", b.scope_id COLLATE \"C\", b.key COLLATE \"C\""
     ),
     # ----------------------------------------------------------------- memory
     "memory_get": "SELECT value FROM memory WHERE scope = %s AND scope_id = %s AND key = %s",
@@ -316,11 +321,7 @@ _LOCK_AT = (
     "SELECT id FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s FOR UPDATE"
 )
 _LOCK_ID = "SELECT id FROM buffers WHERE id = %s FOR UPDATE"
-_STATE_AT = (
-    "SELECT id, message_count, (SELECT max(position) FROM messages WHERE buffer_id = buffers.id), "
-    "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = buffers.id AND answered_by IS NULL) "
-    "FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s"
-)
+_STATE_AT = f"{_STATE}WHERE b.scope = %s AND b.scope_id = %s AND b.key = %s"
 _READ_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 _PASSWORD_PARAMETER = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
@@ -408,8 +409,8 @@ class _PgTx(Tx):
             if row is None:
                 self.cursor.execute(SQL["create_buffer"], address)
             locked, row = self._locked_state(_LOCK_AT, address, None, address)
-        buffer_id, count, tail, dangling = row
-        return BufferState(buffer_id, count, tail, bool(dangling))
+        buffer_id, count, tail, dangling, updated = row
+        return BufferState(buffer_id, count or 0, tail, bool(dangling), updated)
 
     def _locked_state(
         self, lock: str, lock_params: Any, known_id: int | None, address: tuple[str, str, str]
@@ -555,6 +556,11 @@ class PostgresBackend(Backend):
                             f"{self.where} holds no flowdrop_local schema"
                         )
                     conn.execute(schema_sql().encode())
+                else:
+                    while version < SCHEMA_VERSION:
+                        conn.execute(_UPGRADES[version].encode())
+                        version += 1
+            self._verify(conn)
 
     def _verify(self, conn: psycopg.Connection[Any]) -> None:
         """Refuse a database whose triggers or indexes on our tables are not ours."""
@@ -685,13 +691,15 @@ class PostgresBackend(Backend):
         with self.read() as tx:
             assert isinstance(tx, _PgTx)
             violations = _schema_violations(tx)
-            buffers = tx.raw("SELECT id, scope, scope_id, key, message_count FROM buffers")
-            for buffer_id, scope, scope_id, key, count in buffers:
-                messages = tx.raw(
-                    "SELECT id, position, role, metadata, content FROM messages "
+            buffers = tx.raw("SELECT id, scope, scope_id, key FROM buffers")
+            for buffer_id, scope, scope_id, key in buffers:
+                rows = tx.raw(
+                    "SELECT id, position, role, metadata, content, tally FROM messages "
                     "WHERE buffer_id = %s ORDER BY position",
                     (buffer_id,),
                 )
+                messages = [row[:5] for row in rows]
+                count = rows[-1][5] if rows else 0  # the last row's tally
                 ledger = tx.raw(
                     "SELECT call_id, declared_by, ordinal, answered_by FROM tool_calls "
                     "WHERE buffer_id = %s",
@@ -750,9 +758,57 @@ def _schema_version(conn: psycopg.Connection[Any], where: str) -> int | None:
             f"{where} has schema version {version}; this flowdrop_local reads up to "
             f"{SCHEMA_VERSION}: upgrade flowdrop_local"
         )
-    if version < SCHEMA_VERSION:
+    if version < SCHEMA_VERSION and version not in _UPGRADES:
         raise NotAFlowdropDatabase(f"{where} has unknown flowdrop_local schema version {version}")
     return version
+
+
+# _UPGRADES[n] brings a version-n database to version n + 1, in the transaction
+# _prepare opens. Append-only: a released step is never edited.
+_UPGRADES: dict[int, str] = {
+    # 2 -> 3: the count moves from the buffer's row to the tally of its last message
+    # (no buffer row written per append); conversation title, metadata, recency.
+    2: """
+ALTER TABLE buffers
+    ADD COLUMN title text NOT NULL DEFAULT '',
+    ADD COLUMN metadata text NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(metadata::jsonb) = 'object'),
+    ADD COLUMN updated_at text NOT NULL DEFAULT flowdrop_now();
+UPDATE buffers AS b SET updated_at = coalesce(
+    (SELECT max(created_at) FROM messages WHERE buffer_id = b.id), b.created_at);
+CREATE INDEX buffers_recent ON buffers (updated_at, id);
+ALTER TABLE messages ADD COLUMN tally bigint NOT NULL DEFAULT 0;
+UPDATE messages AS m SET tally = b.message_count FROM buffers AS b
+    WHERE b.id = m.buffer_id
+    AND m.position = (SELECT max(position) FROM messages WHERE buffer_id = b.id);
+DROP TRIGGER messages_count_delete ON messages;
+DROP FUNCTION flowdrop_count_deleted();
+CREATE FUNCTION flowdrop_tally_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE messages AS m
+    SET tally = CASE WHEN gone.last_position > m.position THEN gone.last_tally ELSE m.tally END
+                - gone.n
+    FROM (SELECT buffer_id, count(*) AS n, max(position) AS last_position,
+                 (array_agg(tally ORDER BY position DESC))[1] AS last_tally
+          FROM deleted GROUP BY buffer_id) AS gone
+    WHERE m.buffer_id = gone.buffer_id
+      AND m.position = (SELECT max(position) FROM messages WHERE buffer_id = gone.buffer_id);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER messages_tally_delete AFTER DELETE ON messages
+    REFERENCING OLD TABLE AS deleted FOR EACH STATEMENT
+    EXECUTE FUNCTION flowdrop_tally_deleted();
+ALTER TABLE buffers DROP COLUMN message_count;
+CREATE OR REPLACE FUNCTION flowdrop_place_is_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'a message keeps its buffer, position, id and role'
+        USING ERRCODE = 'integrity_constraint_violation';
+END $$;
+DROP TRIGGER messages_place_is_fixed ON messages;
+CREATE TRIGGER messages_place_is_fixed BEFORE UPDATE OF buffer_id, position, id, role ON messages
+    FOR EACH ROW EXECUTE FUNCTION flowdrop_place_is_fixed();
+UPDATE flowdrop_meta SET value = '3' WHERE name = 'schema_version';
+""",
+}
 
 
 _OUR_TABLES = ("buffers", "messages", "tool_calls", "memory", "sessions", "session_viewers")

@@ -1,4 +1,4 @@
--- flowdrop_local PostgreSQL schema, version 2.
+-- flowdrop_local PostgreSQL schema, version 3.
 --
 -- The only definition of the PostgreSQL schema (schema.sql is SQLite's). It
 -- declares the same tables, columns and checks as schema.sql, with these
@@ -28,20 +28,23 @@ CREATE TABLE buffers (
     scope         text NOT NULL,
     scope_id      text NOT NULL,
     key           text NOT NULL,
-    -- Set once per append by the library and kept by the delete trigger below,
-    -- so that an append reports its count (MEM-14) without counting the buffer.
-    message_count bigint NOT NULL DEFAULT 0 CHECK (message_count >= 0),
+    title         text NOT NULL DEFAULT '',
+    metadata      text NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(metadata::jsonb) = 'object'),
     created_at    text NOT NULL DEFAULT flowdrop_now(),
+    -- The last append's time, written at most once a minute (as on SQLite).
+    updated_at    text NOT NULL DEFAULT flowdrop_now(),
     -- Backstop for MEM-6/MEM-13: an identity scope never degrades to a shared bucket.
     CHECK (scope NOT IN ('user', 'session') OR btrim(scope_id) NOT IN ('', '0')),
     UNIQUE (scope, scope_id, key)
 );
 
+CREATE INDEX buffers_recent ON buffers (updated_at, id);
+
 CREATE TABLE messages (
-    id            text NOT NULL CHECK (length(id) = 36),
     buffer_id     bigint NOT NULL REFERENCES buffers (id) ON DELETE CASCADE,
     position      text COLLATE "C" NOT NULL CHECK (
                       length(position) >= 2 AND position ~ '^[a-zA-Z][0-9A-Za-z]*$'),
+    id            text NOT NULL CHECK (length(id) = 36),
     role          text NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
     content       text NOT NULL,
     content_parts integer NOT NULL DEFAULT 0 CHECK (
@@ -49,6 +52,9 @@ CREATE TABLE messages (
                       OR (content_parts = 1 AND jsonb_typeof(content::jsonb) = 'array')),
     metadata      text NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(metadata::jsonb) = 'object'),
     created_at    text NOT NULL DEFAULT flowdrop_now(),
+    -- The buffer's message count, exact on its last row by position (as on SQLite):
+    -- an append writes it on the row it inserts, not on the buffer's row.
+    tally         bigint NOT NULL DEFAULT 0,
     tool_call_id  text GENERATED ALWAYS AS (
                       CASE WHEN role = 'tool' THEN metadata::jsonb ->> 'tool_call_id' END) STORED,
     healed        integer GENERATED ALWAYS AS (
@@ -82,17 +88,25 @@ CREATE INDEX tool_calls_declared_by ON tool_calls (buffer_id, declared_by);
 CREATE INDEX tool_calls_answered_by ON tool_calls (buffer_id, answered_by)
     WHERE answered_by IS NOT NULL;
 
-CREATE FUNCTION flowdrop_count_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+-- A deletion keeps the count on the last row (as schema.sql's trigger does): for
+-- each buffer, the old count (the tally of the old last row, deleted or not) less
+-- the rows deleted.
+CREATE FUNCTION flowdrop_tally_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE buffers AS b SET message_count = b.message_count - gone.n
-    FROM (SELECT buffer_id, count(*) AS n FROM deleted GROUP BY buffer_id) AS gone
-    WHERE b.id = gone.buffer_id;
+    UPDATE messages AS m
+    SET tally = CASE WHEN gone.last_position > m.position THEN gone.last_tally ELSE m.tally END
+                - gone.n
+    FROM (SELECT buffer_id, count(*) AS n, max(position) AS last_position,
+                 (array_agg(tally ORDER BY position DESC))[1] AS last_tally
+          FROM deleted GROUP BY buffer_id) AS gone
+    WHERE m.buffer_id = gone.buffer_id
+      AND m.position = (SELECT max(position) FROM messages WHERE buffer_id = gone.buffer_id);
     RETURN NULL;
 END $$;
 
-CREATE TRIGGER messages_count_delete AFTER DELETE ON messages
+CREATE TRIGGER messages_tally_delete AFTER DELETE ON messages
     REFERENCING OLD TABLE AS deleted FOR EACH STATEMENT
-    EXECUTE FUNCTION flowdrop_count_deleted();
+    EXECUTE FUNCTION flowdrop_tally_deleted();
 
 -- Backstop for MEM-3: a writer that bypasses the library but keeps the ledger
 -- cannot store a user turn while a call of its buffer is unanswered.
@@ -110,14 +124,14 @@ CREATE TRIGGER messages_user_needs_answered_calls BEFORE INSERT ON messages
     FOR EACH ROW WHEN (NEW.role = 'user')
     EXECUTE FUNCTION flowdrop_user_needs_answered_calls();
 
--- A row keeps its buffer, position and role for life.
+-- A row keeps its buffer, position, id and role for life.
 CREATE FUNCTION flowdrop_place_is_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE EXCEPTION 'a message keeps its buffer, position and role'
+    RAISE EXCEPTION 'a message keeps its buffer, position, id and role'
         USING ERRCODE = 'integrity_constraint_violation';
 END $$;
 
-CREATE TRIGGER messages_place_is_fixed BEFORE UPDATE OF buffer_id, position, role ON messages
+CREATE TRIGGER messages_place_is_fixed BEFORE UPDATE OF buffer_id, position, id, role ON messages
     FOR EACH ROW EXECUTE FUNCTION flowdrop_place_is_fixed();
 
 CREATE TABLE memory (
@@ -156,4 +170,4 @@ CREATE INDEX session_viewers_user ON session_viewers (user_id);
 
 INSERT INTO flowdrop_meta (name, value) VALUES
     ('application_id', '1178881107'),  -- 0x46444C53, 'FDLS', as in schema.sql
-    ('schema_version', '2');
+    ('schema_version', '3');

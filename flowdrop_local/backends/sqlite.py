@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .. import _files
+from .._ids import id_blob, id_text
 from .._schema import prepare
 from ..check import Violation, check_database
 from ..engine import BufferState
@@ -62,28 +63,36 @@ _AT = (
     "messages AS m WHERE m.buffer_id = "
     "(SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?)"
 )
+# A buffer's count: the tally of its last row (schema.sql), NULL when it is empty.
+_TALLY = "SELECT tally FROM messages WHERE buffer_id = {} ORDER BY position DESC LIMIT 1"
 
 # The named statements of the engine and the handles, in SQLite's dialect
 # (backends/postgresql.py defines the same names; a test holds them together).
+# Ids are stored as 16 bytes and cross the boundary as text: id_blob(?) and
+# id_text(id) are this connection's functions (_register_functions).
 SQL: dict[str, str] = {
     # ----------------------------------------------------------- the append engine
     "find_buffer": "SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?",
     "create_buffer": "INSERT OR IGNORE INTO buffers (scope, scope_id, key) VALUES (?, ?, ?)",
     "buffer_state": (
-        "SELECT message_count, (SELECT max(position) FROM messages WHERE buffer_id = ?1), "
+        "SELECT last.tally, last.position, "
         "EXISTS (SELECT 1 FROM tool_calls INDEXED BY tool_calls_unanswered "
-        "WHERE buffer_id = ?1 AND answered_by IS NULL) "
-        "FROM buffers WHERE id = ?1"
+        "WHERE buffer_id = ?1 AND answered_by IS NULL), "
+        "CAST(strftime('%s', b.updated_at) AS INTEGER) "
+        "FROM buffers AS b LEFT JOIN (SELECT tally, position FROM messages "
+        "WHERE buffer_id = ?1 ORDER BY position DESC LIMIT 1) AS last "
+        "WHERE b.id = ?1"
     ),
     "insert_message": (
         "INSERT INTO messages "
-        "(id, buffer_id, position, role, content, content_parts, metadata, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, coalesce(?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))"
+        "(id, buffer_id, position, role, content, content_parts, metadata, created_at, tally) "
+        "VALUES (id_blob(?), ?, ?, ?, ?, ?, ?, "
+        "coalesce(?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), ?)"
     ),
     # The stored pairing state of a batch's call ids, in one statement: the result
     # standing for each (1, ...), and which are declared already (0, ...).
     "pairing_state": (
-        "SELECT 1, tool_call_id, id, healed FROM messages "
+        "SELECT 1, tool_call_id, id_text(id), healed FROM messages "
         "WHERE buffer_id = ?1 AND tool_call_id IN (SELECT value FROM json_each(?2)) "
         "UNION ALL SELECT DISTINCT 0, call_id, NULL, NULL FROM tool_calls "
         "WHERE buffer_id = ?1 AND call_id IN (SELECT value FROM json_each(?3))"
@@ -92,16 +101,20 @@ SQL: dict[str, str] = {
     # a result stored earlier already answers it.
     "declare_call": (
         "INSERT OR IGNORE INTO tool_calls (buffer_id, call_id, declared_by, ordinal, answered_by) "
-        "VALUES (?1, ?2, ?3, ?4, "
+        "VALUES (?1, ?2, id_blob(?3), ?4, "
         "(SELECT id FROM messages WHERE buffer_id = ?1 AND tool_call_id = ?2))"
     ),
-    "mark_answered": "UPDATE tool_calls SET answered_by = ? WHERE buffer_id = ? AND call_id = ?",
+    "mark_answered": (
+        "UPDATE tool_calls SET answered_by = id_blob(?) WHERE buffer_id = ? AND call_id = ?"
+    ),
     "replace_placeholder": (
         "UPDATE messages SET content = ?, content_parts = ?, metadata = ? "
-        "WHERE buffer_id = ? AND id = ?"
+        "WHERE buffer_id = ? AND id = id_blob(?)"
     ),
-    "set_count": "UPDATE buffers SET message_count = ? WHERE id = ?",
-    "add_count": "UPDATE buffers SET message_count = message_count + ? WHERE id = ?",
+    "set_tally": "UPDATE messages SET tally = ? WHERE buffer_id = ? AND position = ?",
+    "touch_buffer": (
+        "UPDATE buffers SET updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?"
+    ),
     # INDEXED BY: the planner, without statistics, prefers the primary key, which
     # walks every declared call of the buffer instead of the unanswered ones.
     # With each call, its declaring turn's successor (where its placeholders go before).
@@ -117,7 +130,8 @@ SQL: dict[str, str] = {
         "WHERE t.buffer_id = ? AND t.call_id = ? ORDER BY m.position LIMIT 1"
     ),
     "declaring_message": (
-        "SELECT t.declared_by FROM tool_calls AS t JOIN messages AS m ON m.id = t.declared_by "
+        "SELECT id_text(t.declared_by) FROM tool_calls AS t "
+        "JOIN messages AS m ON m.id = t.declared_by "
         "WHERE t.buffer_id = ? AND t.call_id = ? ORDER BY m.position LIMIT 1"
     ),
     "non_tool_after": (
@@ -133,26 +147,28 @@ SQL: dict[str, str] = {
         "ORDER BY position LIMIT 1"
     ),
     "evict_oldest": (
-        "DELETE FROM messages WHERE id IN "
-        "(SELECT id FROM messages WHERE buffer_id = ? ORDER BY position LIMIT ?)"
+        "DELETE FROM messages WHERE buffer_id = ?1 AND position IN "
+        "(SELECT position FROM messages WHERE buffer_id = ?1 ORDER BY position LIMIT ?2)"
     ),
     "first_message": (
-        "SELECT id, role FROM messages WHERE buffer_id = ? ORDER BY position LIMIT 1"
+        "SELECT id_text(id), role FROM messages WHERE buffer_id = ? ORDER BY position LIMIT 1"
     ),
-    "delete_message": "DELETE FROM messages WHERE buffer_id = ? AND id = ?",
-    "message_for_removal": "SELECT buffer_id, role, metadata FROM messages WHERE id = ?",
+    "delete_message": "DELETE FROM messages WHERE buffer_id = ? AND id = id_blob(?)",
+    "message_for_removal": "SELECT buffer_id, role, metadata FROM messages WHERE id = id_blob(?)",
     "delete_placeholder": (
         "DELETE FROM messages WHERE buffer_id = ? AND tool_call_id = ? AND healed = 1"
     ),
     # A write holds SQLite's lock of the whole file already: nothing more to lock.
     "lock_buffer": "SELECT id FROM buffers WHERE id = ?",
     "last_message": (
-        "SELECT id, role, content, content_parts, metadata FROM messages "
+        "SELECT id_text(id), role, content, content_parts, metadata FROM messages "
         "WHERE buffer_id = ? ORDER BY position DESC LIMIT 1"
     ),
     # ------------------------------------------------------------------ reads
-    "count": "SELECT message_count FROM buffers WHERE id = ?",
-    "count_at": "SELECT message_count FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?",
+    "count": _TALLY.format("?"),
+    "count_at": _TALLY.format(
+        "(SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?)"
+    ),
     "read_all_at": (
         "SELECT m.role, m.content, m.content_parts, m.metadata "
         f"FROM {_AT} ORDER BY m.position"
@@ -169,20 +185,21 @@ SQL: dict[str, str] = {
         "SELECT role, content, content_parts, metadata FROM messages "
         "WHERE buffer_id = ? AND position < ? ORDER BY position DESC LIMIT ?"
     ),
-    "position_of": "SELECT position FROM messages WHERE buffer_id = ? AND id = ?",
+    "position_of": "SELECT position FROM messages WHERE buffer_id = ? AND id = id_blob(?)",
     "messages_all_at": (
-        "SELECT m.id, m.position, m.role, m.content, m.content_parts, m.metadata, m.created_at "
-        f"FROM {_AT} ORDER BY m.position"
+        "SELECT id_text(m.id), m.position, m.role, m.content, m.content_parts, m.metadata, "
+        f"m.created_at FROM {_AT} ORDER BY m.position"
     ),
     "messages_last_at": (
-        "SELECT m.id, m.position, m.role, m.content, m.content_parts, m.metadata, m.created_at "
-        f"FROM {_AT} ORDER BY m.position DESC LIMIT ?"
+        "SELECT id_text(m.id), m.position, m.role, m.content, m.content_parts, m.metadata, "
+        f"m.created_at FROM {_AT} ORDER BY m.position DESC LIMIT ?"
     ),
     "clear_ledger": "DELETE FROM tool_calls WHERE buffer_id = ?",
     "clear_messages": "DELETE FROM messages WHERE buffer_id = ?",
     "list_buffers": (
-        "SELECT scope, scope_id, key, message_count FROM buffers "
-        "WHERE message_count > 0 ORDER BY scope, scope_id, key"
+        "SELECT scope, scope_id, key, count FROM (SELECT scope, scope_id, key, "
+        f"({_TALLY.format('buffers.id')}) AS count FROM buffers) "
+        "WHERE count > 0 ORDER BY scope, scope_id, key"
     ),
     # ----------------------------------------------------------------- memory
     "memory_get": "SELECT value FROM memory WHERE scope = ? AND scope_id = ? AND key = ?",
@@ -222,17 +239,17 @@ SQL: dict[str, str] = {
     "session_viewers": "SELECT user_id FROM session_viewers WHERE session_id = ? ORDER BY user_id",
     "message_home": (
         "SELECT b.scope, b.scope_id FROM messages AS m JOIN buffers AS b ON b.id = m.buffer_id "
-        "WHERE m.id = ?"
+        "WHERE m.id = id_blob(?)"
     ),
     "message_by_id": (
-        "SELECT id, position, role, content, content_parts, metadata, created_at "
-        "FROM messages WHERE id = ?"
+        "SELECT id_text(id), position, role, content, content_parts, metadata, created_at "
+        "FROM messages WHERE id = id_blob(?)"
     ),
-    "update_message": "UPDATE messages SET content = ?, content_parts = ? WHERE id = ?",
-    "is_placeholder": "SELECT healed FROM messages WHERE id = ?",
+    "update_message": "UPDATE messages SET content = ?, content_parts = ? WHERE id = id_blob(?)",
+    "is_placeholder": "SELECT healed FROM messages WHERE id = id_blob(?)",
     # ------------------------------------------------------------- portability
     "export_all": (
-        "SELECT b.scope, b.scope_id, b.key, m.id, m.position, m.role, m.content, "
+        "SELECT b.scope, b.scope_id, b.key, id_text(m.id), m.position, m.role, m.content, "
         "m.content_parts, m.metadata, m.created_at "
         "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
         "ORDER BY b.scope, b.scope_id, b.key, m.position"
@@ -267,11 +284,12 @@ SQL: dict[str, str] = {
         "VALUES (?, ?, ?, ?, ?, ?)"
     ),
     "used_ids": (
-        "SELECT m.id, m.buffer_id, b.scope, b.scope_id, b.key FROM messages AS m "
-        "JOIN buffers AS b ON b.id = m.buffer_id WHERE m.id IN (SELECT value FROM json_each(?))"
+        "SELECT id_text(m.id), m.buffer_id, b.scope, b.scope_id, b.key FROM messages AS m "
+        "JOIN buffers AS b ON b.id = m.buffer_id "
+        "WHERE m.id IN (SELECT id_blob(value) FROM json_each(?))"
     ),
     "export_one": (
-        "SELECT b.scope, b.scope_id, b.key, m.id, m.position, m.role, m.content, "
+        "SELECT b.scope, b.scope_id, b.key, id_text(m.id), m.position, m.role, m.content, "
         "m.content_parts, m.metadata, m.created_at "
         "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
         "WHERE b.scope = ? AND b.scope_id = ? AND b.key = ? ORDER BY m.position"
@@ -338,8 +356,10 @@ class _SqliteTx(Tx):
         cached = self._backend._tails.get(buffer_id)
         if cached is not None:
             return cached
-        count, tail, dangling = conn.execute(SQL["buffer_state"], (buffer_id,)).fetchone()
-        return BufferState(buffer_id, count, tail, bool(dangling))
+        count, tail, dangling, updated = conn.execute(
+            SQL["buffer_state"], (buffer_id,)
+        ).fetchone()
+        return BufferState(buffer_id, count or 0, tail, bool(dangling), updated)
 
     def remember(self, state: BufferState) -> None:
         self._remembered.append(state)
@@ -347,6 +367,12 @@ class _SqliteTx(Tx):
 
 def _json_arrays(params: Any) -> tuple[Any, ...]:
     return tuple(json.dumps(p) if isinstance(p, list) else p for p in params)
+
+
+def register_functions(conn: sqlite3.Connection) -> None:
+    """The SQL functions the statements of :data:`SQL` call (ids as text at the boundary)."""
+    conn.create_function("id_blob", 1, id_blob, deterministic=True)
+    conn.create_function("id_text", 1, id_text, deterministic=True)
 
 
 class SqliteBackend(Backend):
@@ -424,6 +450,7 @@ class SqliteBackend(Backend):
                 uri=uri,
             )
             _files.set_defensive(conn)
+            register_functions(conn)
             return conn
 
         if not self.read_only:
@@ -637,6 +664,7 @@ class SqliteBackend(Backend):
         except sqlite3.Error as error:
             raise NotADatabase(f"cannot open {self.path}: {error}") from None
         _files.set_defensive(conn)
+        register_functions(conn)
         return conn
 
     # ------------------------------------------------------------- maintenance
