@@ -111,37 +111,42 @@ def drive(plan: Plan, tx: Transaction) -> Any:
 # ----------------------------------------------------------------- ids, input
 
 
-class _RandomPool:
-    """Random bytes drawn from os.urandom 4 KiB at a time (one syscall per ~400 ids).
+_ID_MASK = ~(0xF << 76) & ~(0x3 << 62)
+_ID_BITS = 0x7 << 76 | 0x2 << 62  # version 7, RFC 4122 variant
 
-    Thread-safe, and emptied in a forked child so parent and child never share bytes.
+
+class _IdSource:
+    """The 128-bit values of new ids: random bits drawn from os.urandom 4 KiB at a
+    time (one syscall per ~400 ids), under one lock with the last value made.
+
+    Thread-safe, and reset in a forked child so parent and child never share bytes.
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.lock = threading.Lock()  # guards the last id
-        self._bytes = b""
-        self._at = 0
+        self._forget()
         os.register_at_fork(after_in_child=self._forget)
 
     def _forget(self) -> None:
         self._lock = threading.Lock()
-        self.lock = threading.Lock()
-        self._bytes, self._at = b"", 0
+        self._pool = b""
+        self._at = 4096
+        self._last = 0  # ids only increase (RFC 9562 6.2)
 
-    def take(self, n: int) -> bytes:
+    def next(self) -> int:
         with self._lock:
-            if self._at + n > len(self._bytes):
-                self._bytes, self._at = os.urandom(4096), 0
-            chunk = self._bytes[self._at : self._at + n]
-            self._at += n
-            return chunk
+            at = self._at
+            if at > 4086:
+                self._pool, at = os.urandom(4096), 0
+            self._at = at + 10
+            random_bits = int.from_bytes(self._pool[at : at + 10], "big")
+            value = ((time.time_ns() // 1_000_000) << 80 | random_bits) & _ID_MASK | _ID_BITS
+            if value <= self._last:
+                value = self._last + 1  # carries into the timestamp only after 2**62 ids
+            self._last = value
+            return value
 
 
-_random = _RandomPool()
-
-
-_last_id = [0]  # the last id this process made (ids only increase, RFC 9562 6.2)
+_ids = _IdSource()
 
 
 def new_message_id() -> str:
@@ -151,14 +156,7 @@ def new_message_id() -> str:
     one is the last one plus one (in its random bits), so ids also sort in the
     order they were made, as creation order needs.
     """
-    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(_random.take(10), "big")
-    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
-    value = value & ~(0x3 << 62) | 0x2 << 62  # RFC 4122 variant
-    with _random.lock:
-        if value <= _last_id[0]:
-            value = _last_id[0] + 1  # carries into the timestamp only after 2**62 ids
-        _last_id[0] = value
-    h = f"{value:032x}"
+    h = f"{_ids.next():032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
@@ -230,6 +228,15 @@ def append(
     """
     state: BufferState = yield "open", "open_buffer", (*address, known_id)
     buffer_id, count, tail, dangling, updated = state
+    if (
+        placements is None
+        and not dangling
+        and (window is None or count + len(batch) <= window)
+        and all(m.tool_call_id is None and not m.declared for m in batch)
+    ):
+        # The common case, kept short: messages without tool data on a buffer with
+        # no unanswered call. No rule applies; the rows go in at the end.
+        return (yield from _append_plain(buffer_id, count, tail, updated, batch))
     # Every row carries the count as it stands once the row is in (its tally);
     # the last row's is the buffer's count. tail_tally tracks the last row's.
     tail_tally = count
@@ -379,6 +386,42 @@ def append(
         evicted=evicted,
     )
     return result, BufferState(buffer_id, count, tail, dangling, updated)
+
+
+def _append_plain(
+    buffer_id: int, count: int, tail: str | None, updated: int, batch: list[Incoming]
+) -> Generator[Step, Any, tuple[AppendResult, BufferState]]:
+    """Append messages no buffer rule applies to: one INSERT each, nothing read."""
+    rows = []
+    new_ids = []
+    for message in batch:
+        tail = key_between(tail, None)
+        message_id = new_message_id()
+        count += 1
+        rows.append(
+            (
+                message_id,
+                buffer_id,
+                tail,
+                message.role,
+                message.content,
+                message.content_parts,
+                message.metadata,
+                None,
+                count,
+            )
+        )
+        new_ids.append(message_id)
+    if len(rows) == 1:
+        yield "write", "insert_message", rows[0]
+    else:
+        yield "many", "insert_message", rows
+    now = int(time.time())
+    if now - updated >= UPDATED_AT_GRANULARITY:
+        yield "write", "touch_buffer", (buffer_id,)
+        updated = now
+    result = AppendResult(count=count, appended=len(new_ids), message_ids=tuple(new_ids))
+    return result, BufferState(buffer_id, count, tail, False, updated)
 
 
 def _row(

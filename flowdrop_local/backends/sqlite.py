@@ -30,7 +30,7 @@ import time
 import urllib.parse
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from .. import _files
@@ -86,7 +86,7 @@ SQL: dict[str, str] = {
     "insert_message": (
         "INSERT INTO messages "
         "(id, buffer_id, position, role, content, content_parts, metadata, created_at, tally) "
-        "VALUES (id_blob(?), ?, ?, ?, ?, ?, ?, "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, "  # the id as bytes: _SqliteTx converts it
         "coalesce(?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), ?)"
     ),
     # The stored pairing state of a batch's call ids, in one statement: the result
@@ -338,9 +338,13 @@ class _SqliteTx(Tx):
         return self.conn.execute(SQL[statement], params).rowcount
 
     def write(self, statement: str, params: Any = ()) -> None:
+        if statement == "insert_message":  # the hot path: no SQL function call for the id
+            params = (id_blob(params[0]), *params[1:])
         self.conn.execute(SQL[statement], params)
 
     def many(self, statement: str, rows: Any) -> None:
+        if statement == "insert_message":
+            rows = [(id_blob(row[0]), *row[1:]) for row in rows]
         self.conn.executemany(SQL[statement], rows)
 
     def open(self, statement: str, params: Any) -> BufferState:
@@ -363,6 +367,55 @@ class _SqliteTx(Tx):
 
     def remember(self, state: BufferState) -> None:
         self._remembered.append(state)
+
+
+class _Write:
+    """One write transaction (:meth:`SqliteBackend.write`): the backend's lock, then
+    ``BEGIN IMMEDIATE``; ``COMMIT`` when the block ends, ``ROLLBACK`` on any exception
+    (``KeyboardInterrupt`` included). A class, not a generator: it runs per append."""
+
+    __slots__ = ("_backend", "_conn", "_keep_tails", "_tx")
+
+    def __init__(self, backend: SqliteBackend, keep_tails: bool) -> None:
+        self._backend = backend
+        self._keep_tails = keep_tails
+
+    def __enter__(self) -> _SqliteTx:
+        backend = self._backend
+        backend._lock.acquire()
+        try:
+            conn = backend.connection()
+            backend._begin_immediate(conn)
+        except BaseException:
+            backend._lock.release()
+            raise
+        if not self._keep_tails:
+            backend._tails.clear()
+        self._conn = conn
+        self._tx = _SqliteTx(backend, conn)
+        return self._tx
+
+    def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
+        backend, conn = self._backend, self._conn
+        try:
+            if error is None:
+                try:
+                    conn.execute("COMMIT")
+                except BaseException as failure:
+                    backend._abort(conn)
+                    raise backend._translated(failure) from None
+                if self._keep_tails:
+                    backend._changes = conn.total_changes
+                    for state in self._tx._remembered:
+                        backend._tails[state.id] = state
+                return
+            backend._abort(conn)
+            translated = backend._translated(error)
+            if translated is not error:
+                raise translated from None
+            # Otherwise the block's exception goes on as it is.
+        finally:
+            backend._lock.release()
 
 
 def _json_arrays(params: Any) -> tuple[Any, ...]:
@@ -511,24 +564,8 @@ class SqliteBackend(Backend):
 
     # ------------------------------------------------------------- transactions
 
-    @contextmanager
-    def write(self, *, keep_tails: bool = False) -> Iterator[Tx]:
-        with self._lock:
-            conn = self.connection()
-            self._begin_immediate(conn)
-            if not keep_tails:
-                self._tails.clear()
-            tx = _SqliteTx(self, conn)
-            try:
-                yield tx
-                conn.execute("COMMIT")
-            except BaseException as error:
-                self._abort(conn)
-                raise self._translated(error) from None
-            if keep_tails:
-                self._changes = conn.total_changes
-                for state in tx._remembered:
-                    self._tails[state.id] = state
+    def write(self, *, keep_tails: bool = False) -> AbstractContextManager[Tx]:
+        return _Write(self, keep_tails)
 
     @contextmanager
     def read(self, *, snapshot: bool = True) -> Iterator[Tx]:
