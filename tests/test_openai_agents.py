@@ -252,8 +252,12 @@ def responses_pairs_adjacent(items: list[dict[str, Any]], call_id: str) -> bool:
     return kinds[at + 1] == ("function_call_output", call_id)
 
 
-def test_unapproved_call_is_healed_then_replaced_by_the_approved_output(session: Session) -> None:
+@pytest.mark.parametrize("write_ahead", [False, True])
+def test_unapproved_call_is_healed_then_replaced_by_the_approved_output(
+    session: Session, write_ahead: bool
+) -> None:
     """A pending approval dangles, later runs send valid input, approval replaces the placeholder.
+    The same with the write-ahead hooks wired (``hooks=session.hooks``).
 
     Run 2 (the user moves on) reads history before its user item is stored: the
     SDK leaves the dangling call out. From run 3 on, the call and its placeholder
@@ -269,15 +273,16 @@ def test_unapproved_call_is_healed_then_replaced_by_the_approved_output(session:
         ]
     )
     agent = Agent(name="files", model=model, tools=[delete_file])
-    first = run(Runner.run(agent, "delete a.txt", session=session))
+    hooks = session.hooks if write_ahead else None
+    first = run(Runner.run(agent, "delete a.txt", session=session, hooks=hooks))
     assert [i.raw_item.call_id for i in first.interruptions] == ["call_1"]  # type: ignore[union-attr]
 
-    run(Runner.run(agent, "never mind", session=session))
+    run(Runner.run(agent, "never mind", session=session, hooks=hooks))
     second_input = model.last_call.input
     validate_openai_responses(second_input)
     assert all(i.get("type") != "function_call" for i in second_input)
 
-    run(Runner.run(agent, "something else", session=session))
+    run(Runner.run(agent, "something else", session=session, hooks=hooks))
     third_input = model.last_call.input
     validate_openai_responses(third_input)
     assert responses_pairs_adjacent(third_input, "call_1")
@@ -285,7 +290,7 @@ def test_unapproved_call_is_healed_then_replaced_by_the_approved_output(session:
 
     state = first.to_state()
     state.approve(first.interruptions[0])
-    resumed = run(Runner.run(agent, state, session=session))
+    resumed = run(Runner.run(agent, state, session=session, hooks=hooks))
     assert resumed.final_output == "Deleted after all."
     validate_openai_responses(model.last_call.input)
 

@@ -27,16 +27,34 @@ call out of that model input itself), and every run after it sees the call and
 its placeholder side by side. When the real output arrives later (the old run is
 resumed and approved), it replaces the placeholder in place (MEM-10): each
 ``call_id`` keeps exactly one output.
+
+Write-ahead (``Runner.run(..., session=session, hooks=session.hooks)``): the SDK
+stores a turn's items only after its tools have run, so a process killed inside a
+tool would leave nothing of the model's call to heal. :attr:`Session.hooks`
+stores the model's messages, reasoning items and function calls as soon as the
+model returns them (``RunHooks.on_llm_end``, which the SDK awaits before any tool
+starts). When the SDK then saves the turn, the items written ahead *by that run*
+are dropped once each, matched by content, never by item id (ids repeat:
+``"scripted-message"``, ``"__fake_id__"``), so an identical real second reply is
+kept. The run is told apart by its ``RunContextWrapper``: every method here takes
+the SDK's optional ``wrapper`` keyword (the SDK's context-aware session contract),
+and only a run that reads or writes this session through it is written ahead.
+Other output items (hosted tool calls, MCP, compaction) are saved by the SDK at
+the end of the turn, as without the hooks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import weakref
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Final
 
-from agents.items import TResponseInputItem
+from agents import Agent, RunContextWrapper, RunHooks, Tool
+from agents.items import ModelResponse, TResponseInputItem
 from agents.memory import SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
@@ -46,6 +64,10 @@ from ..providers import item_to_message, message_to_items
 from ..store import Store
 
 DEFAULT_KEY: Final = "openai-agents"
+# The output items written ahead: the SDK saves exactly these (``to_input_item``
+# of the raw item) at the end of the turn. Other kinds are transformed on the
+# way, so a write-ahead copy would not be recognised and would be stored twice.
+WRITTEN_AHEAD: Final = frozenset({"message", "reasoning", "function_call"})
 
 
 class Session:
@@ -95,6 +117,11 @@ class Session:
             raise
         self.buffer: Buffer = buffer
         self._closed = False
+        # Per run (keyed by the id of its RunContextWrapper, dropped with it):
+        # what it wrote ahead and the SDK has not saved yet.
+        self._runs: dict[int, _Run] = {}
+        self.hooks: RunHooks[Any] = WriteAheadHooks(self)
+        """Hooks that write the model's output ahead: ``Runner.run(..., hooks=session.hooks)``."""
 
     def __repr__(self) -> str:
         return f"<openai_agents.Session {self.session_id!r} in {self.store.path!r}>"
@@ -105,13 +132,17 @@ class Session:
 
     # ------------------------------------------------------------ the protocol
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+    async def get_items(
+        self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
+    ) -> list[TResponseInputItem]:
         """The history as Responses input items, oldest first.
 
         ``limit``: only the last ``limit`` items (``None``: ``session_settings.limit``,
         then all; ``0``: none; negative: all, as ``SQLiteSession`` reads it).
+        ``wrapper``: the SDK's run context; its run may then write ahead.
         """
         self._check_not_closed()
+        self._join(wrapper)
         resolved = resolve_session_limit(limit, self.session_settings)
         return await asyncio.to_thread(self._get_items, resolved)
 
@@ -126,20 +157,34 @@ class Session:
             items = items[-limit:]  # type: ignore[operator]
         return items  # type: ignore[return-value]
 
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
+    async def add_items(
+        self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
+    ) -> None:
         """Store the items in one append, keeping the buffer rules (MEM-1, 2, 3, 10).
+
+        ``wrapper``: the SDK's run context; the items this run wrote ahead are
+        dropped here, once each.
 
         Raises:
             InvalidMessage: an item cannot be stored (a ``function_call``
                 without a ``call_id``, say); nothing was written.
         """
         self._check_not_closed()
-        if not items:
-            return
-        messages = [item_to_message(_as_dict(item)) for item in items]
+        run = self._join(wrapper)
+        given = [_as_dict(item) for item in items]
+        messages = [item_to_message(item) for item in given]
+        if run is not None:
+            messages = [m for item, m in zip(given, messages, strict=True) if not run.saved(item)]
+        if messages:
+            await self._append(messages)
+
+    async def _append(self, messages: list[dict[str, Any]]) -> None:
+        """One append of stored messages (the only write path of items)."""
         await asyncio.to_thread(self.buffer.append, messages)
 
-    async def pop_item(self) -> TResponseInputItem | None:
+    async def pop_item(
+        self, *, wrapper: RunContextWrapper[Any] | None = None
+    ) -> TResponseInputItem | None:
         """Remove and return the most recent item, or ``None`` when there is none.
 
         Exactly that item leaves :meth:`get_items`: a message that maps to several
@@ -173,10 +218,45 @@ class Session:
             self.buffer.append([item_to_message(item) for item in items[:-1]])
         return items[-1] if items else None  # type: ignore[return-value]
 
-    async def clear_session(self) -> None:
+    async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
         """Delete every item of this session (other sessions in the file are untouched)."""
         self._check_not_closed()
         await asyncio.to_thread(self.buffer.clear)
+
+    # ------------------------------------------------------------ write-ahead
+
+    def hooks_with(self, app_hooks: RunHooks[Any]) -> RunHooks[Any]:
+        """Hooks that call ``app_hooks`` for every event, then write ahead (the SDK takes one)."""
+        return WriteAheadHooks(self, app_hooks)
+
+    def _join(self, wrapper: RunContextWrapper[Any] | None) -> _Run | None:
+        """The run of ``wrapper``, registered on first sight (``None``: no run, no dedup)."""
+        if wrapper is None:
+            return None
+        key = id(wrapper)
+        run = self._runs.get(key)
+        if run is None or run.context() is not wrapper:
+            runs = self._runs
+
+            def forget(_: object) -> None:
+                if runs.get(key) is run:
+                    del runs[key]
+
+            run = _Run(weakref.ref(wrapper, forget))
+            runs[key] = run
+        return run
+
+    async def _write_ahead(self, wrapper: RunContextWrapper[Any], response: ModelResponse) -> None:
+        """Store the model's messages, reasoning and calls before any tool of this turn runs."""
+        run = self._runs.get(id(wrapper))
+        if run is None or run.context() is not wrapper:
+            return  # a run that does not use this session
+        self._check_not_closed()
+        items = [_as_dict(item) for item in response.to_input_items()]
+        items = [_without_null_status(i) for i in items if i.get("type") in WRITTEN_AHEAD]
+        if items:
+            await self._append([item_to_message(item) for item in items])
+            run.wrote(items)
 
     def close(self) -> None:
         """End the session, and close the store if this session opened it. Idempotent."""
@@ -184,6 +264,93 @@ class Session:
             self._closed = True
             if self._owns_store:
                 self.store.close()
+
+
+class _Run:
+    """One SDK run using the session: the items it wrote ahead, not yet saved by the SDK."""
+
+    def __init__(self, context: weakref.ref[RunContextWrapper[Any]]) -> None:
+        self.context = context
+        self.ahead: Counter[str] = Counter()
+
+    def wrote(self, items: list[dict[str, Any]]) -> None:
+        self.ahead.update(_fingerprint(item) for item in items)
+
+    def saved(self, item: Mapping[str, Any]) -> bool:
+        """True (and forgotten) when ``item`` is one this run wrote ahead and has not matched."""
+        key = _fingerprint(item)
+        if self.ahead[key] <= 0:
+            return False
+        self.ahead[key] -= 1
+        return True
+
+
+def _without_null_status(item: dict[str, Any]) -> dict[str, Any]:
+    # The SDK drops a ``status`` of None when it saves a run item.
+    return (
+        item
+        if item.get("status", "") is not None
+        else {k: v for k, v in item.items() if k != "status"}
+    )
+
+
+def _fingerprint(item: Mapping[str, Any]) -> str:
+    """What an item says, to match the SDK's save against the write-ahead copy.
+
+    A reasoning item is matched without its ``id``: ``reasoning_item_id_policy="omit"``
+    makes the SDK save it without one.
+    """
+    kept = _without_null_status(dict(item))
+    if kept.get("type") == "reasoning":
+        kept.pop("id", None)
+    return json.dumps(kept, sort_keys=True, default=repr)
+
+
+class WriteAheadHooks(RunHooks[Any]):
+    """Run hooks that store the model's output before its tools run (see the module doc).
+
+    Every event goes to ``app_hooks`` first, if given; ``on_llm_end`` then writes ahead.
+    """
+
+    def __init__(self, session: Session, app_hooks: RunHooks[Any] | None = None) -> None:
+        self.session = session
+        self.app_hooks = app_hooks if app_hooks is not None else RunHooks[Any]()
+
+    async def on_llm_start(
+        self,
+        context: RunContextWrapper[Any],
+        agent: Agent[Any],
+        system_prompt: str | None,
+        input_items: list[TResponseInputItem],
+    ) -> None:
+        await self.app_hooks.on_llm_start(context, agent, system_prompt, input_items)
+
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
+        await self.app_hooks.on_llm_end(context, agent, response)
+        await self.session._write_ahead(context, response)
+
+    async def on_agent_start(self, context: Any, agent: Agent[Any]) -> None:
+        await self.app_hooks.on_agent_start(context, agent)
+
+    async def on_agent_end(self, context: Any, agent: Agent[Any], output: Any) -> None:
+        await self.app_hooks.on_agent_end(context, agent, output)
+
+    async def on_handoff(
+        self, context: RunContextWrapper[Any], from_agent: Agent[Any], to_agent: Agent[Any]
+    ) -> None:
+        await self.app_hooks.on_handoff(context, from_agent, to_agent)
+
+    async def on_tool_start(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool
+    ) -> None:
+        await self.app_hooks.on_tool_start(context, agent, tool)
+
+    async def on_tool_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool, result: object
+    ) -> None:
+        await self.app_hooks.on_tool_end(context, agent, tool, result)
 
 
 def _as_dict(item: object) -> dict[str, Any]:
