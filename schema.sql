@@ -63,12 +63,12 @@ CREATE TABLE messages (
     role          TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
     -- Plain text, or (content_parts = 1) a JSON array of content parts kept as sent.
     content       TEXT NOT NULL,
+    -- json_type() refuses malformed JSON by raising, so it checks validity too.
     content_parts INTEGER NOT NULL DEFAULT 0 CHECK (
-                      content_parts = 0
-                      OR (content_parts = 1 AND json_valid(content) AND json_type(content) = 'array')),
+                      content_parts = 0 OR (content_parts = 1 AND json_type(content) = 'array')),
     -- Tool data lives here: metadata.tool_calls on an assistant turn,
     -- metadata.tool_call_id (and healed) on a tool result.
-    metadata      TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata) AND json_type(metadata) = 'object'),
+    metadata      TEXT NOT NULL DEFAULT '{}' CHECK (json_type(metadata) = 'object'),
     created_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
     -- The buffer's message count, exact on its last row (see above).
     tally         INTEGER NOT NULL DEFAULT 0,

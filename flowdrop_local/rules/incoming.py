@@ -214,6 +214,15 @@ def normalize(message: object, index: int = 0) -> Incoming:
         InvalidMessage: the message, its role, content, metadata, tool calls or
             tool call id is malformed.
     """
+    if type(message) is dict and len(message) == 2:
+        # The common shape, {"role": ..., "content": "text"}: the same checks, in short.
+        role = message.get("role")
+        content = message.get("content")
+        if type(content) is str and type(role) is str and role in ROLES:
+            if not content.isascii():
+                _check_text(content, index, "content")
+            _check_size(content, "{}", index)
+            return Incoming(role, content, 0, "{}", (), None, False)
     if not isinstance(message, Mapping):
         raise InvalidMessage(index, "message", f"must be a mapping, not {type(message).__name__}")
     role = message.get("role")
