@@ -92,6 +92,29 @@ class Transaction(Protocol):
     def open(self, statement: str, params: Any) -> BufferState: ...
 
 
+class AsyncTransaction(Protocol):
+    """:class:`Transaction`, awaited: what an async backend's open transaction offers."""
+
+    async def one(self, statement: str, params: Any = ()) -> Any: ...
+    async def all(self, statement: str, params: Any = ()) -> list[Any]: ...
+    async def run(self, statement: str, params: Any = ()) -> int: ...
+    async def write(self, statement: str, params: Any = ()) -> None: ...
+    async def many(self, statement: str, rows: Any) -> None: ...
+    async def open(self, statement: str, params: Any) -> BufferState: ...
+
+
+async def drive_async(plan: Plan, tx: AsyncTransaction) -> Any:
+    """Run an engine plan on an async transaction: the same steps as :func:`drive`."""
+    answer: Any = None
+    send = plan.send
+    try:
+        while True:
+            kind, statement, params = send(answer)
+            answer = await getattr(tx, kind)(statement, params)
+    except StopIteration as done:
+        return done.value
+
+
 def drive(plan: Plan, tx: Transaction) -> Any:
     """Run an engine plan on a synchronous transaction; return what the plan returns."""
     answer: Any = None
