@@ -14,6 +14,7 @@ from .access import (
     resolve_scope,
     usable_identity,
 )
+from .aio import AsyncBuffer, AsyncStore
 from .buffer import Buffer
 from .check import Violation
 from .errors import (
@@ -68,6 +69,8 @@ __all__ = [
     "AccessDenied",
     "AccessRequest",
     "AppendResult",
+    "AsyncBuffer",
+    "AsyncStore",
     "BackupTargetExists",
     "Buffer",
     "BufferRef",

@@ -43,6 +43,14 @@ from .sessions import Sessions
 __all__ = ["Durability", "Store"]
 
 
+def check_lock_warning_after(value: object) -> None:
+    """``lock_warning_after`` is a positive number of seconds, or InvalidArgument."""
+    if not isinstance(value, int | float) or not value > 0:
+        raise InvalidArgument(
+            f"lock_warning_after must be a positive number of seconds, got {value!r}"
+        )
+
+
 class Store:
     """A flowdrop_local database: a SQLite file, or a PostgreSQL database.
 
@@ -73,11 +81,7 @@ class Store:
         read_only: bool = False,
         create: bool = True,
     ) -> None:
-        if not isinstance(lock_warning_after, int | float) or not lock_warning_after > 0:
-            raise InvalidArgument(
-                "lock_warning_after must be a positive number of seconds, "
-                f"got {lock_warning_after!r}"
-            )
+        check_lock_warning_after(lock_warning_after)
         self._backend: Backend = open_backend(
             target,
             durability=durability,

@@ -511,16 +511,7 @@ class PostgresBackend(Backend):
         read_only: bool = False,
         create: bool = True,
     ) -> None:
-        if durability != "normal":
-            raise UnsupportedOperation(
-                "durability= is a SQLite setting; on PostgreSQL set synchronous_commit "
-                "on the server (a committed transaction is durable by default)"
-            )
-        if read_only:
-            raise UnsupportedOperation(
-                "read_only= is a SQLite setting; on PostgreSQL connect as a role that "
-                "only has SELECT privileges"
-            )
+        refuse_sqlite_settings(durability, read_only)
         self.durability = durability
         self.read_only = False
         self.lock_warning_after = lock_warning_after
@@ -710,6 +701,20 @@ class PostgresBackend(Backend):
         raise UnsupportedOperation(
             "backup copies a SQLite file; on PostgreSQL use pg_dump, or "
             f"'flowdrop-local copy {self.where} {path}' for a SQLite copy"
+        )
+
+
+def refuse_sqlite_settings(durability: str, read_only: bool) -> None:
+    """UnsupportedOperation for a SQLite-only setting given for PostgreSQL."""
+    if durability != "normal":
+        raise UnsupportedOperation(
+            "durability= is a SQLite setting; on PostgreSQL set synchronous_commit "
+            "on the server (a committed transaction is durable by default)"
+        )
+    if read_only:
+        raise UnsupportedOperation(
+            "read_only= is a SQLite setting; on PostgreSQL connect as a role that "
+            "only has SELECT privileges"
         )
 
 
