@@ -318,7 +318,8 @@ class AsyncPostgresBackend:
         try:
             yield conn
         finally:
-            await self._pool.putconn(conn)
+            # Shielded: a cancellation arriving now must not lose the connection.
+            await asyncio.shield(self._pool.putconn(conn))
 
     async def transact(self, make_plan: Callable[[], Plan]) -> Any:
         """Run a fresh plan from ``make_plan`` in one write transaction; again on a conflict.
