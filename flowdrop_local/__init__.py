@@ -14,6 +14,7 @@ from .access import (
     resolve_scope,
     usable_identity,
 )
+from .aio import AsyncBuffer, AsyncStore
 from .buffer import Buffer
 from .check import Violation
 from .errors import (
@@ -29,6 +30,7 @@ from .errors import (
     InvalidPositionKey,
     InvalidSession,
     InvalidValue,
+    MessageIdTaken,
     MessageNotFound,
     NotADatabase,
     NotAFlowdropDatabase,
@@ -67,6 +69,8 @@ __all__ = [
     "AccessDenied",
     "AccessRequest",
     "AppendResult",
+    "AsyncBuffer",
+    "AsyncStore",
     "BackupTargetExists",
     "Buffer",
     "BufferRef",
@@ -86,6 +90,7 @@ __all__ = [
     "MemoryRead",
     "MemoryWrite",
     "Message",
+    "MessageIdTaken",
     "MessageNotFound",
     "NotADatabase",
     "NotAFlowdropDatabase",

@@ -4,18 +4,21 @@ A :class:`Buffer` holds no rows and no connection. Reads run named statements in
 one read transaction of the store's backend; every write runs a plan of the
 append engine (:mod:`flowdrop_local.engine`, where the buffer rules are kept) in
 one write transaction. So the same handle works on SQLite and PostgreSQL.
+What each method reads and writes is a plan too (``*_plan``, driven by
+:func:`engine.drive`), so :class:`~flowdrop_local.aio.AsyncBuffer` runs the very
+same steps on an async transaction.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from typing import Any
 
 from . import engine
 from .access import check_scope_name
 from .backends.base import Backend, Tx
-from .engine import Placement, new_message_id, validate_batch
+from .engine import Placement, Plan, new_message_id, validate_batch
 from .errors import InvalidAddress, InvalidArgument, MessageNotFound, shown
 from .model import AppendResult, Message, converter
 from .rules.incoming import Incoming
@@ -109,8 +112,13 @@ class Buffer:
 
     def existing_id(self, tx: Tx) -> int | None:
         """The buffer's row id inside ``tx``, or None when it was never written."""
+        found: int | None = engine.drive(self.existing_id_plan(), tx)
+        return found
+
+    def existing_id_plan(self) -> Plan:
+        """:meth:`existing_id` as a plan."""
         if self._id is None:
-            row = tx.one("find_buffer", self.address)
+            row = yield "one", "find_buffer", self.address
             if row is not None:
                 self._id = row[0]
         return self._id
@@ -134,19 +142,26 @@ class Buffer:
         self, tx: Tx, limit: int | None = None, *, before: str | None = None
     ) -> list[dict[str, Any]]:
         """:meth:`read` inside an open transaction (the sessions API decides and reads in one)."""
+        rows: list[dict[str, Any]] = engine.drive(self.read_plan(limit, before=before), tx)
+        return rows
+
+    def read_plan(self, limit: int | None = None, *, before: str | None = None) -> Plan:
+        """:meth:`read` as a plan (the arguments are checked when it starts)."""
+        if before is not None and not isinstance(before, str):
+            raise InvalidArgument(f"before must be a message id (a string), not {shown(before)}")
         if before is None:  # one statement, keyed by the address
             if limit is None:
-                rows = tx.all("read_all_at", self.address)
+                rows = yield "all", "read_all_at", self.address
             else:
-                rows = tx.all("read_last_at", (*self.address, check_limit(limit)))
+                rows = yield "all", "read_last_at", (*self.address, check_limit(limit))
                 rows.reverse()
             return [_row_to_dict(*row) for row in rows]
-        buffer_id = self.existing_id(tx)
-        found = None if buffer_id is None else tx.one("position_of", (buffer_id, before))
+        buffer_id = yield from self.existing_id_plan()
+        found = None if buffer_id is None else (yield "one", "position_of", (buffer_id, before))
         if found is None:
             raise MessageNotFound(f"no message {before!r} in {self!r}")
         limit = _MAX_LIMIT if limit is None else check_limit(limit)
-        rows = tx.all("read_before", (buffer_id, found[0], limit))
+        rows = yield "all", "read_before", (buffer_id, found[0], limit)
         rows.reverse()
         return [_row_to_dict(*row) for row in rows]
 
@@ -157,10 +172,15 @@ class Buffer:
 
     def messages_in(self, tx: Tx, limit: int | None = None) -> list[Message]:
         """:meth:`messages` inside an open transaction."""
+        messages: list[Message] = engine.drive(self.messages_plan(limit), tx)
+        return messages
+
+    def messages_plan(self, limit: int | None = None) -> Plan:
+        """:meth:`messages` as a plan."""
         if limit is None:
-            rows = tx.all("messages_all_at", self.address)
+            rows = yield "all", "messages_all_at", self.address
         else:
-            rows = tx.all("messages_last_at", (*self.address, check_limit(limit)))
+            rows = yield "all", "messages_last_at", (*self.address, check_limit(limit))
             rows.reverse()
         return [
             converter.structure(
@@ -179,7 +199,11 @@ class Buffer:
 
     def __len__(self) -> int:
         with self.db.read(snapshot=False) as tx:
-            row = tx.one("count_at", self.address)
+            return int(engine.drive(self.count_plan(), tx))
+
+    def count_plan(self) -> Plan:
+        """:meth:`count` as a plan."""
+        row = yield "one", "count_at", self.address
         return 0 if row is None else int(row[0])
 
     def count(self) -> int:
@@ -195,21 +219,30 @@ class Buffer:
         heals it again); removing a turn removes the calls it declared.
         """
         with self.db.write() as tx:
-            buffer_id = self.existing_id(tx)
-            if buffer_id is None:
-                return None
-            row = engine.drive(engine.pop(buffer_id), tx)
+            popped: dict[str, Any] | None = engine.drive(self.pop_plan(), tx)
+        return popped
+
+    def pop_plan(self) -> Plan:
+        """:meth:`pop` as a plan, for a write transaction."""
+        buffer_id = yield from self.existing_id_plan()
+        if buffer_id is None:
+            return None
+        row = yield from engine.pop(buffer_id)
         return None if row is None else _row_to_dict(*row)
 
     def clear(self) -> int:
         """Delete every message of this buffer in one transaction; return how many."""
         with self.db.write() as tx:
-            buffer_id = self.existing_id(tx)
-            if buffer_id is None:
-                return 0
-            tx.one("lock_buffer", (buffer_id,))  # waits for an append in progress
-            tx.write("clear_ledger", (buffer_id,))
-            return tx.run("clear_messages", (buffer_id,))
+            return int(engine.drive(self.clear_plan(), tx))
+
+    def clear_plan(self) -> Plan:
+        """:meth:`clear` as a plan, for a write transaction."""
+        buffer_id = yield from self.existing_id_plan()
+        if buffer_id is None:
+            return 0
+        yield "one", "lock_buffer", (buffer_id,)  # waits for an append in progress
+        yield "write", "clear_ledger", (buffer_id,)
+        return (yield "run", "clear_messages", (buffer_id,))
 
     def append(
         self, messages: Mapping[str, Any] | Message | Iterable[Mapping[str, Any] | Message]
@@ -239,20 +272,33 @@ class Buffer:
         ``placements`` (import only) gives each message its stored id, position and
         timestamp; positions must increase.
         """
-        plan = engine.append(self.address, self._id, batch, self.window, placements)
         result: AppendResult
         state: engine.BufferState
-        result, state = engine.drive(plan, tx)
-        self._id = state.id
+        result, state = engine.drive(self.append_plan(batch, placements), tx)
         tx.remember(state)
         return result
+
+    def append_plan(
+        self, batch: list[Incoming], placements: list[Placement] | None = None
+    ) -> Generator[engine.Step, Any, tuple[AppendResult, engine.BufferState]]:
+        """The engine's append for this buffer; keeps the buffer's row id it learns."""
+        result, state = yield from engine.append(
+            self.address, self._id, batch, self.window, placements
+        )
+        self._id = state.id
+        return result, state
 
     # -------------------------------------------------------- provider payloads
 
     def _head(self, n: int) -> list[dict[str, Any]]:
         """The first ``n`` messages, as :meth:`read` gives them (for a payload's system prompt)."""
         with self.db.read(snapshot=False) as tx:
-            rows = tx.all("read_first_at", (*self.address, check_limit(n)))
+            head: list[dict[str, Any]] = engine.drive(self.head_plan(n), tx)
+        return head
+
+    def head_plan(self, n: int) -> Plan:
+        """:meth:`_head` as a plan."""
+        rows = yield "all", "read_first_at", (*self.address, check_limit(n))
         return [_row_to_dict(*row) for row in rows]
 
     def to_openai_chat(self, limit: int | None = None) -> list[dict[str, Any]]:

@@ -18,7 +18,9 @@ says what the step wants back:
 * ``"open"``: the buffer's :class:`BufferState`, creating its row and taking its
   write lock (``params`` is ``(scope, scope_id, key, known_id)``).
 
-One append, for each incoming message in order:
+One append, for each incoming message in order (a message whose caller-supplied
+``id`` the buffer already holds is dropped first: a retried append stores nothing
+twice; an id another buffer holds refuses the whole append):
 
 * ``user``: first heal (MEM-3) when a call may be unanswered. The ledger's partial
   index yields the buffer's unanswered calls; each gets a placeholder placed
@@ -50,7 +52,7 @@ import time
 from collections.abc import Generator, Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
 
-from .errors import InvalidMessage
+from .errors import InvalidMessage, MessageIdTaken
 from .model import AppendResult, Message
 from .positions import key_between, keys_between
 from .rules.incoming import Incoming, normalize
@@ -94,6 +96,29 @@ class Transaction(Protocol):
     def write(self, statement: str, params: Any = ()) -> None: ...
     def many(self, statement: str, rows: Any) -> None: ...
     def open(self, statement: str, params: Any) -> BufferState: ...
+
+
+class AsyncTransaction(Protocol):
+    """:class:`Transaction`, awaited: what an async backend's open transaction offers."""
+
+    async def one(self, statement: str, params: Any = ()) -> Any: ...
+    async def all(self, statement: str, params: Any = ()) -> list[Any]: ...
+    async def run(self, statement: str, params: Any = ()) -> int: ...
+    async def write(self, statement: str, params: Any = ()) -> None: ...
+    async def many(self, statement: str, rows: Any) -> None: ...
+    async def open(self, statement: str, params: Any) -> BufferState: ...
+
+
+async def drive_async(plan: Plan, tx: AsyncTransaction) -> Any:
+    """Run an engine plan on an async transaction: the same steps as :func:`drive`."""
+    answer: Any = None
+    send = plan.send
+    try:
+        while True:
+            kind, statement, params = send(answer)
+            answer = await getattr(tx, kind)(statement, params)
+    except StopIteration as done:
+        return done.value
 
 
 def drive(plan: Plan, tx: Transaction) -> Any:
@@ -161,7 +186,10 @@ def new_message_id() -> str:
 
 
 def validate_batch(messages: object) -> list[Incoming]:
-    """Validate every message of an append before anything is written."""
+    """Validate every message of an append before anything is written.
+
+    A caller-supplied ``id`` may appear once in a batch (a second is InvalidMessage).
+    """
     if isinstance(messages, Mapping):
         return [normalize(messages, 0)]
     if isinstance(messages, Message):
@@ -172,9 +200,18 @@ def validate_batch(messages: object) -> list[Incoming]:
             "message",
             f"expected a message or an iterable of them, not {type(messages).__name__}",
         )
-    return [
+    batch = [
         normalize(m.to_dict() if isinstance(m, Message) else m, i) for i, m in enumerate(messages)
     ]
+    seen: dict[str, int] = {}
+    for index, message in enumerate(batch):
+        if message.id is not None:
+            first = seen.setdefault(message.id, index)
+            if first != index:
+                raise InvalidMessage(
+                    index, "id", f"{message.id!r} appears twice in the batch (message {first})"
+                )
+    return batch
 
 
 # ------------------------------------------------------------------- append
@@ -232,7 +269,7 @@ def append(
         placements is None
         and not dangling
         and (window is None or count + len(batch) <= window)
-        and all(m.tool_call_id is None and not m.declared for m in batch)
+        and all(m.tool_call_id is None and not m.declared and m.id is None for m in batch)
     ):
         # The common case, kept short: messages without tool data on a buffer with
         # no unanswered call. No rule applies; the rows go in at the end.
@@ -264,6 +301,17 @@ def append(
                 results[call_id] = (id_, bool(healed))
             else:
                 known.add(call_id)
+    # Caller-supplied ids already in the buffer (a retried append): those messages
+    # are dropped. An id another buffer holds is refused (ids are store-wide keys).
+    stored_ids: set[str] = set()
+    given = {m.id: i for i, m in enumerate(batch) if m.id is not None}
+    if given:
+        for id_, owner, *_ in (yield "all", "used_ids", (list(given),)):
+            if owner != buffer_id:
+                raise MessageIdTaken(
+                    given[id_], "id", f"{id_!r} is the id of a message in another buffer"
+                )
+            stored_ids.add(id_)
     writes = _Writes(dangling)
     open_calls = writes.open_calls
 
@@ -271,6 +319,9 @@ def append(
         place = None if placements is None else placements[index]
         role = message.role
         call_id = message.tool_call_id
+        if message.id is not None and message.id in stored_ids:  # an earlier try stored it
+            dropped += 1
+            continue
         if role == "user":
             if writes.dangling or open_calls:
                 yield from writes.flush()
@@ -322,7 +373,7 @@ def append(
                     position, at_end = _checked_position(place, tail, index), True
                 else:
                     (position,), at_end = yield from _positions_after(buffer_id, turn[0], 1)
-                message_id = new_message_id() if place is None else place.id
+                message_id = _message_id(message, place)
                 count += 1
                 row = _row(message_id, buffer_id, position, message, place, count)
                 yield "write", "insert_message", row
@@ -337,7 +388,7 @@ def append(
             dropped += 1
             continue
         tail = _checked_position(place, tail, index)
-        message_id = new_message_id() if place is None else place.id
+        message_id = _message_id(message, place)
         count += 1
         tail_tally = count
         writes.rows.append(_row(message_id, buffer_id, tail, message, place, count))
@@ -422,6 +473,13 @@ def _append_plain(
         updated = now
     result = AppendResult(count=count, appended=len(new_ids), message_ids=tuple(new_ids))
     return result, BufferState(buffer_id, count, tail, False, updated)
+
+
+def _message_id(message: Incoming, place: Placement | None) -> str:
+    """The stored id: an import's, else the caller's, else a new one."""
+    if place is not None:
+        return place.id
+    return new_message_id() if message.id is None else message.id
 
 
 def _row(

@@ -25,6 +25,14 @@ class InvalidMessage(FlowdropError, ValueError):
         super().__init__(f"message {index}: {field}: {problem}")
 
 
+class MessageIdTaken(InvalidMessage):
+    """A caller-supplied message id names a message of another buffer; nothing was written.
+
+    Ids are keys across the whole store, so a retry may repeat an id only in the
+    buffer it was first appended to (there the message is dropped as a duplicate).
+    """
+
+
 class InvalidPositionKey(FlowdropError, ValueError):
     """A fractional position key is malformed, or the bounds are out of order."""
 

@@ -10,11 +10,13 @@ that, so bad input is an error whether or not the scope would refuse.
 from __future__ import annotations
 
 import json
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from .access import ExecutionContext, ScopeResolution, resolve_scope
+from .engine import Step, drive
 from .errors import InvalidAddress, InvalidValue, shown
 from .rules.incoming import MAX_STORED_BYTES, too_big
 
@@ -86,40 +88,90 @@ def _resolve(
     return resolve_scope(context, scope), checked
 
 
+# Each operation checks its input and resolves its scope first, then returns either
+# its result (a refused scope: no storage is touched) or the plan that reads or
+# writes (engine steps, driven on a sync or an async transaction).
+
+
 def get(
     db: Backend, context: ExecutionContext | None, scope: str, key: str, default: Any = None
 ) -> MemoryRead:
     """Read ``key`` in ``scope``; see :meth:`Store.memory_get`."""
+    op = get_op(context, scope, key, default)
+    if isinstance(op, MemoryRead):
+        return op
+    with db.read() as tx:
+        read: MemoryRead = drive(op, tx)
+    return read
+
+
+def get_op(
+    context: ExecutionContext | None, scope: str, key: str, default: Any = None
+) -> MemoryRead | Generator[Step, Any, MemoryRead]:
+    """:func:`get`: its result when the scope refused, else the plan of a read transaction."""
     resolution, key = _resolve(context, scope, key)
     if resolution.refused:
         return MemoryRead(default, False, scope, "")
-    with db.read() as tx:
-        row = tx.one("memory_get", (scope, resolution.scope_id, key))
-    if row is None:
-        return MemoryRead(default, False, scope, resolution.scope_id)
-    return MemoryRead(json.loads(row[0]), True, scope, resolution.scope_id)
+
+    def plan() -> Generator[Step, Any, MemoryRead]:
+        row = yield "one", "memory_get", (scope, resolution.scope_id, key)
+        if row is None:
+            return MemoryRead(default, False, scope, resolution.scope_id)
+        return MemoryRead(json.loads(row[0]), True, scope, resolution.scope_id)
+
+    return plan()
 
 
 def set_(
     db: Backend, context: ExecutionContext | None, scope: str, key: str, value: Any
 ) -> MemoryWrite:
     """Store ``value`` under ``key`` in ``scope``; see :meth:`Store.memory_set`."""
+    op = set_op(context, scope, key, value)
+    if isinstance(op, MemoryWrite):
+        return op
+    with db.write() as tx:
+        written: MemoryWrite = drive(op, tx)
+    return written
+
+
+def set_op(
+    context: ExecutionContext | None, scope: str, key: str, value: Any
+) -> MemoryWrite | Generator[Step, Any, MemoryWrite]:
+    """:func:`set_`: its result when the scope refused, else the plan of a write transaction."""
     text = _encode(value)
     resolution, key = _resolve(context, scope, key)
     if resolution.refused:
         return MemoryWrite(False, scope, "")
     address = (scope, resolution.scope_id, key)
-    with db.write() as tx:
-        existed = tx.one("memory_get", address) is not None
-        tx.write("memory_set", (*address, text))
-    return MemoryWrite(True, scope, resolution.scope_id, existed)
+
+    def plan() -> Generator[Step, Any, MemoryWrite]:
+        existed = (yield "one", "memory_get", address) is not None
+        yield "write", "memory_set", (*address, text)
+        return MemoryWrite(True, scope, resolution.scope_id, existed)
+
+    return plan()
 
 
 def delete(db: Backend, context: ExecutionContext | None, scope: str, key: str) -> MemoryWrite:
     """Delete ``key`` in ``scope``; see :meth:`Store.memory_delete`."""
+    op = delete_op(context, scope, key)
+    if isinstance(op, MemoryWrite):
+        return op
+    with db.write() as tx:
+        written: MemoryWrite = drive(op, tx)
+    return written
+
+
+def delete_op(
+    context: ExecutionContext | None, scope: str, key: str
+) -> MemoryWrite | Generator[Step, Any, MemoryWrite]:
+    """:func:`delete`: its result when the scope refused, else the plan of a write transaction."""
     resolution, key = _resolve(context, scope, key)
     if resolution.refused:
         return MemoryWrite(False, scope, "")
-    with db.write() as tx:
-        removed = tx.run("memory_delete", (scope, resolution.scope_id, key))
-    return MemoryWrite(True, scope, resolution.scope_id, removed > 0)
+
+    def plan() -> Generator[Step, Any, MemoryWrite]:
+        removed = yield "run", "memory_delete", (scope, resolution.scope_id, key)
+        return MemoryWrite(True, scope, resolution.scope_id, removed > 0)
+
+    return plan()

@@ -117,6 +117,24 @@ def export_records(
         InvalidAddress: ``address`` is not ``None`` or three strings (at once).
         NotADatabase: a row is damaged (invalid JSON); the error names it.
     """
+    reads = export_reads(address, full=full)
+    db.ensure_open()  # StoreClosed at the call, as every other read
+    rows = (export_record(db.where, i, row, full=full) for i, row in db.snapshot_rows(reads))
+    return itertools.chain([{"flowdrop_export": FORMAT_VERSION}], rows) if full else rows
+
+
+def export_reads(
+    address: tuple[str, str, str] | None, *, full: bool = False
+) -> list[tuple[str, Any]]:
+    """The reads (named statement, parameters) of an export, to run in one snapshot.
+
+    Format 2 (``full``) reads sessions before the viewers that name them, then
+    memory, then the messages: one snapshot, so a viewer never names a session
+    left out. The header line is not a read: the caller puts it first.
+
+    Raises:
+        InvalidAddress: ``address`` is not ``None`` or three strings.
+    """
     if address is not None and (
         not isinstance(address, tuple | list)
         or len(address) != 3
@@ -128,20 +146,16 @@ def export_records(
             + (f" of {len(address)}" if isinstance(address, tuple | list) else "")
         )
     messages = ("export_all", ()) if address is None else ("export_one", tuple(address))
-    db.ensure_open()  # StoreClosed at the call, as every other read
     if not full:
-        return (_record(db.where, row) for _, row in db.snapshot_rows([messages]))
-    # Sessions before the viewers that name them, then memory, then the messages:
-    # every statement in one snapshot, so a viewer never names a session left out.
-    kinds = list(_SIDE_FIELDS)
-    reads = [(f"export_{kind}", ()) for kind in kinds] + [messages]
-    return itertools.chain(
-        [{"flowdrop_export": FORMAT_VERSION}],
-        (
-            _side_record(db.where, kinds[i], row) if i < len(kinds) else _record(db.where, row)
-            for i, row in db.snapshot_rows(reads)
-        ),
-    )
+        return [messages]
+    return [(f"export_{kind}", ()) for kind in _SIDE_KINDS] + [messages]
+
+
+def export_record(where: str, i: int, row: tuple[Any, ...], *, full: bool) -> dict[str, Any]:
+    """The export record of a row of the ``i``-th read of :func:`export_reads`."""
+    if full and i < len(_SIDE_KINDS):
+        return _side_record(where, _SIDE_KINDS[i], row)
+    return _record(where, row)
 
 
 def _record(where: str, row: tuple[Any, ...]) -> dict[str, Any]:
@@ -178,6 +192,7 @@ _SIDE_FIELDS: Final = {
     "viewer": ("session_id", "user_id", "granted_at"),
     "memory": ("scope", "scope_id", "key", "value", "created_at", "updated_at"),
 }
+_SIDE_KINDS: Final = tuple(_SIDE_FIELDS)
 _JSON_FIELDS: Final = {"metadata", "value"}
 
 

@@ -93,6 +93,10 @@ class RefusedBuffer(Buffer):
         # a turn, and nothing reaches storage through a refused buffer.
         refused_storage(self.scope)
 
+    # A plan reaches storage (AsyncBuffer calls the methods above instead).
+    read_plan = messages_plan = count_plan = head_plan = append_in
+    pop_plan = clear_plan = append_plan = existing_id_plan = append_in
+
 
 def buffer_of(
     db: Backend, resolution: ScopeResolution, scope: str, key: str, window: int | None

@@ -28,7 +28,7 @@ from .backends import Durability, open_backend
 from .backends.base import Backend
 from .buffer import Buffer, check_address_part
 from .check import Violation
-from .errors import InvalidArgument, UnsupportedOperation
+from .errors import InvalidArgument, UnsupportedOperation, shown
 from .model import BufferRef
 from .portability import (
     ImportReport,
@@ -41,6 +41,14 @@ from .refused import buffer_of
 from .sessions import Sessions
 
 __all__ = ["Durability", "Store"]
+
+
+def check_lock_warning_after(value: object) -> None:
+    """``lock_warning_after`` is a positive number of seconds, or InvalidArgument."""
+    if not isinstance(value, int | float) or not value > 0:
+        raise InvalidArgument(
+            f"lock_warning_after must be a positive number of seconds, got {shown(value)}"
+        )
 
 
 class Store:
@@ -73,11 +81,7 @@ class Store:
         read_only: bool = False,
         create: bool = True,
     ) -> None:
-        if not isinstance(lock_warning_after, int | float) or not lock_warning_after > 0:
-            raise InvalidArgument(
-                "lock_warning_after must be a positive number of seconds, "
-                f"got {lock_warning_after!r}"
-            )
+        check_lock_warning_after(lock_warning_after)
         self._backend: Backend = open_backend(
             target,
             durability=durability,

@@ -33,7 +33,8 @@ def test_a_key_like_a_field_is_warned(
     assert f"{key!r}" in record.getMessage() and f"did you mean {meant!r}" in record.getMessage()
 
 
-@pytest.mark.parametrize("key", ["name", "refusal", "id", "type", "audio", "function_call"])
+# "id" is the message's own id now (tests/test_caller_ids.py), not a key kept in metadata.
+@pytest.mark.parametrize("key", ["name", "refusal", "type", "audio", "function_call"])
 def test_other_keys_are_kept_without_a_warning(caplog: pytest.LogCaptureFixture, key: str) -> None:
     """Keys that are not near a field (name, refusal, ...) move into metadata silently."""
     with Store(":memory:") as store, caplog.at_level(logging.WARNING, logger="flowdrop_local"):

@@ -19,6 +19,7 @@ import pytest
 
 from flowdrop_local import Store
 from flowdrop_local.backends import postgresql as pg
+from flowdrop_local.engine import new_message_id
 from flowdrop_local.rules.pairing import placeholder_message
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,6 +67,7 @@ def recorded(
         buf.append({"role": "assistant", "content": "meanwhile"})
         buf.append(placeholder_message("h2"))  # placed after its turn, before "meanwhile"
         buf.append([{"role": "user", "content": str(i)} for i in range(12)])  # evicts
+        buf.append({"role": "user", "content": "a caller's id", "id": new_message_id()})
         buf.read(limit=5)
         buf.read(limit=5, before=buf.messages()[-1].id)
         buf.messages(limit=3)
@@ -133,6 +135,9 @@ def test_append_and_read_statements_filter_on_the_buffer(
                 conditions = " ".join(
                     str(scan.get(key, "")) for key in ("Index Cond", "Filter", "Recheck Cond")
                 )
+                if sql == pg.SQL["used_ids"]:  # caller-supplied ids: by primary key
+                    assert "(id = ANY" in conditions, (sql, scan)
+                    continue
                 assert "buffer_id" in conditions, (sql, scan)
 
 

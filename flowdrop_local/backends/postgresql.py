@@ -323,6 +323,15 @@ _LOCK_AT = (
 _LOCK_ID = "SELECT id FROM buffers WHERE id = %s FOR UPDATE"
 _STATE_AT = f"{_STATE}WHERE b.scope = %s AND b.scope_id = %s AND b.key = %s"
 _READ_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+# What check reads of each buffer (check_rows judges it).
+CHECK_BUFFERS_SQL = "SELECT id, scope, scope_id, key FROM buffers"
+CHECK_MESSAGES_SQL = (
+    "SELECT id, position, role, metadata, content, tally FROM messages "
+    "WHERE buffer_id = %s ORDER BY position"
+)
+CHECK_LEDGER_SQL = (
+    "SELECT call_id, declared_by, ordinal, answered_by FROM tool_calls WHERE buffer_id = %s"
+)
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 _PASSWORD_PARAMETER = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
 
@@ -330,6 +339,44 @@ _PASSWORD_PARAMETER = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
 def redact(url: str) -> str:
     """The URL without its password (``user:password@`` or ``?password=``), for messages."""
     return _PASSWORD_PARAMETER.sub(r"\1***", _PASSWORD.sub(r"\1***@", url))
+
+
+def checked_buffer(name: str, messages: list[Any], ledger: list[Any]) -> list[Violation]:
+    """One buffer's invariants from its rows (CHECK_MESSAGES_SQL, CHECK_LEDGER_SQL): its
+    count is the last row's tally."""
+    count = messages[-1][5] if messages else 0
+    return check_rows(name, count, [row[:5] for row in messages], ledger)
+
+
+def buffer_state(row: Any) -> BufferState:
+    """The engine's BufferState from a row of the state statement (_STATE)."""
+    buffer_id, count, tail, dangling, updated = row
+    return BufferState(buffer_id, count or 0, tail, bool(dangling), updated)
+
+
+def lock_statement(known_id: int | None, address: tuple[str, str, str]) -> tuple[str, Any]:
+    """The statement (and parameters) that locks a buffer's row, by id once it is known."""
+    return (_LOCK_AT, address) if known_id is None else (_LOCK_ID, (known_id,))
+
+
+def state_statement(known_id: int | None, address: tuple[str, str, str]) -> tuple[str, Any]:
+    """The statement (and parameters) that reads a buffer's state after its lock."""
+    return (_STATE_AT, address) if known_id is None else (SQL["buffer_state"], (known_id,))
+
+
+def lock_timeout(warn_after: float) -> str:
+    """``SET LOCAL lock_timeout``: how long the row lock waits before the warning."""
+    return f"SET LOCAL lock_timeout = {max(1, int(warn_after * 1000))}"
+
+
+def warn_lock_wait(warn_after: float, address: tuple[str, str, str], where: str) -> None:
+    """The one warning an append logs when it waited ``lock_warning_after`` for its buffer."""
+    log.warning(
+        "flowdrop_local: waited %.1f s for buffer %s/%s/%s on %s; still waiting",
+        warn_after,
+        *address,
+        where,
+    )
 
 
 def _params(statement: str, params: Any) -> Any:
@@ -397,11 +444,8 @@ class _PgTx(Tx):
 
     def open(self, statement: str, params: Any) -> BufferState:
         scope, scope_id, key, known_id = params
-        lock, lock_params = (_LOCK_AT, (scope, scope_id, key)) if known_id is None else (
-            _LOCK_ID,
-            (known_id,),
-        )
         address = (scope, scope_id, key)
+        lock, lock_params = lock_statement(known_id, address)
         locked, row = self._locked_state(lock, lock_params, known_id, address)
         while locked is None:
             # Not locked: the buffer is new (create it), or another transaction
@@ -409,8 +453,7 @@ class _PgTx(Tx):
             if row is None:
                 self.cursor.execute(SQL["create_buffer"], address)
             locked, row = self._locked_state(_LOCK_AT, address, None, address)
-        buffer_id, count, tail, dangling, updated = row
-        return BufferState(buffer_id, count or 0, tail, bool(dangling), updated)
+        return buffer_state(row)
 
     def _locked_state(
         self, lock: str, lock_params: Any, known_id: int | None, address: tuple[str, str, str]
@@ -422,11 +465,7 @@ class _PgTx(Tx):
         Returns (the locked row or None, the state or None): the state of a row the
         lock did not find (committed meanwhile) is not to be trusted.
         """
-        state_params: tuple[object, ...]
-        if known_id is None:
-            state, state_params = _STATE_AT, address
-        else:
-            state, state_params = SQL["buffer_state"], (known_id,)
+        state, state_params = state_statement(known_id, address)
         warn_after = self._backend.lock_warning_after
         fresh = self.fresh
         self.fresh = False
@@ -437,7 +476,7 @@ class _PgTx(Tx):
                 for text, values, many in queued:  # the BEGIN
                     (cursor.executemany if many else cursor.execute)(text, values)
                 if fresh:
-                    cursor.execute(f"SET LOCAL lock_timeout = {max(1, int(warn_after * 1000))}")
+                    cursor.execute(lock_timeout(warn_after))
                 locking.execute(lock, lock_params, prepare=True)
                 if fresh:  # the timeout is for the row lock only: later statements wait
                     cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
@@ -445,12 +484,7 @@ class _PgTx(Tx):
         except pg_errors.LockNotAvailable:
             # Nothing else was done in this transaction: start it again and wait.
             _rollback(self.conn)
-            log.warning(
-                "flowdrop_local: waited %.1f s for buffer %s/%s/%s on %s; still waiting",
-                warn_after,
-                *address,
-                self._backend.where,
-            )
+            warn_lock_wait(warn_after, address, self._backend.where)
             with self.conn.pipeline():
                 cursor.execute(self.begin)
                 locking.execute(lock, lock_params)
@@ -490,16 +524,7 @@ class PostgresBackend(Backend):
         read_only: bool = False,
         create: bool = True,
     ) -> None:
-        if durability != "normal":
-            raise UnsupportedOperation(
-                "durability= is a SQLite setting; on PostgreSQL set synchronous_commit "
-                "on the server (a committed transaction is durable by default)"
-            )
-        if read_only:
-            raise UnsupportedOperation(
-                "read_only= is a SQLite setting; on PostgreSQL connect as a role that "
-                "only has SELECT privileges"
-            )
+        refuse_sqlite_settings(durability, read_only)
         self.durability = durability
         self.read_only = False
         self.lock_warning_after = lock_warning_after
@@ -548,18 +573,9 @@ class PostgresBackend(Backend):
                 return
             with conn.transaction():
                 # Create it, serialised against other processes doing the same.
-                conn.execute("SELECT pg_advisory_xact_lock(4604935500)")
-                version = _schema_version(conn, self.where)
-                if version is None:
-                    if not create:
-                        raise NotAFlowdropDatabase(
-                            f"{self.where} holds no flowdrop_local schema"
-                        )
-                    conn.execute(schema_sql().encode())
-                else:
-                    while version < SCHEMA_VERSION:
-                        conn.execute(_UPGRADES[version].encode())
-                        version += 1
+                conn.execute(CREATE_LOCK_SQL)
+                for script in schema_scripts(_schema_version(conn, self.where), create, self.where):
+                    conn.execute(script)
             self._verify(conn)
 
     def _verify(self, conn: psycopg.Connection[Any]) -> None:
@@ -601,10 +617,7 @@ class PostgresBackend(Backend):
         try:
             conn = self._pool.getconn()
         except (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as error:
-            raise FlowdropError(
-                f"no connection to {self.where} came free: {_redacted(error)} "
-                "(are exports still being read, or is the pool too small?)"
-            ) from None
+            raise no_connection(self.where, error) from None
         try:
             yield conn
         finally:
@@ -652,16 +665,7 @@ class PostgresBackend(Backend):
                 _rollback(conn)
 
     def _translated(self, error: BaseException) -> BaseException:
-        if isinstance(error, pg_errors.ReadOnlySqlTransaction | pg_errors.InsufficientPrivilege):
-            return ReadOnlyStore(f"{self.where}: {error}")
-        if isinstance(
-            error, pg_errors.UntranslatableCharacter | pg_errors.CharacterNotInRepertoire
-        ) or (isinstance(error, psycopg.DataError) and "NUL" in str(error)):
-            # Text and jsonb cannot hold NUL (\x00, or \u0000 in JSON) on PostgreSQL.
-            return InvalidValue(f"PostgreSQL cannot store a NUL character: {_redacted(error)}")
-        if isinstance(error, psycopg.OperationalError):
-            return FlowdropError(f"{self.where}: {_redacted(error)}")
-        return error
+        return translated(error, self.where)
 
     def snapshot_rows(self, reads: list[tuple[str, Any]]) -> Iterator[tuple[int, Any]]:
         """See :meth:`Backend.snapshot_rows`: a REPEATABLE READ transaction on a pooled
@@ -691,21 +695,10 @@ class PostgresBackend(Backend):
         with self.read() as tx:
             assert isinstance(tx, _PgTx)
             violations = _schema_violations(tx)
-            buffers = tx.raw("SELECT id, scope, scope_id, key FROM buffers")
-            for buffer_id, scope, scope_id, key in buffers:
-                rows = tx.raw(
-                    "SELECT id, position, role, metadata, content, tally FROM messages "
-                    "WHERE buffer_id = %s ORDER BY position",
-                    (buffer_id,),
-                )
-                messages = [row[:5] for row in rows]
-                count = rows[-1][5] if rows else 0  # the last row's tally
-                ledger = tx.raw(
-                    "SELECT call_id, declared_by, ordinal, answered_by FROM tool_calls "
-                    "WHERE buffer_id = %s",
-                    (buffer_id,),
-                )
-                violations += check_rows(f"{scope}/{scope_id}/{key}", count, messages, ledger)
+            for buffer_id, scope, scope_id, key in tx.raw(CHECK_BUFFERS_SQL):
+                messages = tx.raw(CHECK_MESSAGES_SQL, (buffer_id,))
+                ledger = tx.raw(CHECK_LEDGER_SQL, (buffer_id,))
+                violations += checked_buffer(f"{scope}/{scope_id}/{key}", messages, ledger)
             return violations
 
     def vacuum(self) -> None:
@@ -718,6 +711,42 @@ class PostgresBackend(Backend):
             "backup copies a SQLite file; on PostgreSQL use pg_dump, or "
             f"'flowdrop-local copy {self.where} {path}' for a SQLite copy"
         )
+
+
+def refuse_sqlite_settings(durability: str, read_only: bool) -> None:
+    """UnsupportedOperation for a SQLite-only setting given for PostgreSQL."""
+    if durability != "normal":
+        raise UnsupportedOperation(
+            "durability= is a SQLite setting; on PostgreSQL set synchronous_commit "
+            "on the server (a committed transaction is durable by default)"
+        )
+    if read_only:
+        raise UnsupportedOperation(
+            "read_only= is a SQLite setting; on PostgreSQL connect as a role that "
+            "only has SELECT privileges"
+        )
+
+
+def translated(error: BaseException, where: str) -> BaseException:
+    """The library's error for a database error (any other error as it is); no password."""
+    if isinstance(error, pg_errors.ReadOnlySqlTransaction | pg_errors.InsufficientPrivilege):
+        return ReadOnlyStore(f"{where}: {error}")
+    if isinstance(
+        error, pg_errors.UntranslatableCharacter | pg_errors.CharacterNotInRepertoire
+    ) or (isinstance(error, psycopg.DataError) and "NUL" in str(error)):
+        # Text and jsonb cannot hold NUL (\x00, or \u0000 in JSON) on PostgreSQL.
+        return InvalidValue(f"PostgreSQL cannot store a NUL character: {_redacted(error)}")
+    if isinstance(error, psycopg.OperationalError):
+        return FlowdropError(f"{where}: {_redacted(error)}")
+    return error
+
+
+def no_connection(where: str, error: BaseException) -> FlowdropError:
+    """The error for a pool that handed out no connection (timed out, or closed)."""
+    return FlowdropError(
+        f"no connection to {where} came free: {_redacted(error)} "
+        "(are exports still being read, or is the pool too small?)"
+    )
 
 
 def _rollback(conn: psycopg.Connection[Any]) -> None:
@@ -733,14 +762,21 @@ def _redacted(error: BaseException) -> str:
     return redact(" ".join(str(error).split()))
 
 
+TABLES_SQL = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+META_SQL = "SELECT name, value FROM flowdrop_meta"
+# Serialises the creation of the schema between processes (a transaction-level lock).
+CREATE_LOCK_SQL = "SELECT pg_advisory_xact_lock(4604935500)"
+
+
 def _schema_version(conn: psycopg.Connection[Any], where: str) -> int | None:
     """The schema version of the database, None when it has no tables of ours."""
-    tables = {
-        row[0]
-        for row in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
-        )
-    }
+    tables = {row[0] for row in conn.execute(TABLES_SQL)}
+    meta = dict(conn.execute(META_SQL).fetchall()) if "flowdrop_meta" in tables else {}
+    return version_of(tables, meta, where)
+
+
+def version_of(tables: set[str], meta: dict[str, str], where: str) -> int | None:
+    """The schema version the tables and ``flowdrop_meta`` rows say, or the error they call for."""
     if "flowdrop_meta" not in tables:
         ours = {"buffers", "messages", "tool_calls", "memory", "sessions", "session_viewers"}
         if tables & ours:
@@ -749,7 +785,6 @@ def _schema_version(conn: psycopg.Connection[Any], where: str) -> int | None:
                 "but is not a flowdrop_local database"
             )
         return None
-    meta = dict(conn.execute("SELECT name, value FROM flowdrop_meta").fetchall())
     if meta.get("application_id") != APPLICATION_ID:
         raise NotAFlowdropDatabase(f"{where} is not a flowdrop_local database")
     version = int(meta.get("schema_version", "0"))
@@ -761,6 +796,15 @@ def _schema_version(conn: psycopg.Connection[Any], where: str) -> int | None:
     if version < SCHEMA_VERSION and version not in _UPGRADES:
         raise NotAFlowdropDatabase(f"{where} has unknown flowdrop_local schema version {version}")
     return version
+
+
+def schema_scripts(version: int | None, create: bool, where: str) -> list[bytes]:
+    """What brings a database of ``version`` (None: no schema yet) to SCHEMA_VERSION."""
+    if version is None:
+        if not create:
+            raise NotAFlowdropDatabase(f"{where} holds no flowdrop_local schema")
+        return [schema_sql().encode()]
+    return [_UPGRADES[v].encode() for v in range(version, SCHEMA_VERSION)]
 
 
 # _UPGRADES[n] brings a version-n database to version n + 1, in the transaction
@@ -822,6 +866,18 @@ def _declared(kind: str) -> frozenset[str]:
     return frozenset(re.findall(pattern, schema_sql()))
 
 
+TRIGGERS_SQL = (
+    "SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+    f"WHERE NOT t.tgisinternal AND {_OURS}"
+)
+INDEXES_SQL = (
+    "SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+    f"JOIN pg_class c ON c.oid = x.indrelid WHERE {_OURS} "
+    "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid)"
+)
+OUR_TABLES = (list(_OUR_TABLES),)  # the parameters of TRIGGERS_SQL and INDEXES_SQL
+
+
 def _schema_violations(tx: _PgTx) -> list[Violation]:
     """The schema check: our triggers and indexes are there, and no one else's on our tables.
 
@@ -829,23 +885,13 @@ def _schema_violations(tx: _PgTx) -> list[Violation]:
     index of someone else's changes no result but is reported too. Indexes that
     back a key or unique constraint are the tables' own.
     """
-    triggers = {
-        row[0]
-        for row in tx.raw(
-            "SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
-            f"WHERE NOT t.tgisinternal AND {_OURS}",
-            (list(_OUR_TABLES),),
-        )
-    }
-    indexes = {
-        row[0]
-        for row in tx.raw(
-            "SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
-            f"JOIN pg_class c ON c.oid = x.indrelid WHERE {_OURS} "
-            "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid)",
-            (list(_OUR_TABLES),),
-        )
-    }
+    triggers = {row[0] for row in tx.raw(TRIGGERS_SQL, OUR_TABLES)}
+    indexes = {row[0] for row in tx.raw(INDEXES_SQL, OUR_TABLES)}
+    return schema_violations_of(triggers, indexes)
+
+
+def schema_violations_of(triggers: set[str], indexes: set[str]) -> list[Violation]:
+    """The schema check's findings for the triggers and indexes present on our tables."""
     found: list[Violation] = []
     for kind, present in (("trigger", triggers), ("index", indexes)):
         for name in sorted(_declared(kind) - present):

@@ -45,6 +45,7 @@ from ..errors import (
     NotADatabase,
     ReadOnlyStore,
     StoreClosed,
+    shown,
 )
 from .base import Backend, Durability, Tx
 
@@ -447,8 +448,8 @@ class SqliteBackend(Backend):
         read_only: bool = False,
         create: bool = True,
     ) -> None:
-        if durability not in _SYNCHRONOUS:
-            raise InvalidArgument(f"durability must be 'normal' or 'full', got {durability!r}")
+        if not isinstance(durability, str) or durability not in _SYNCHRONOUS:
+            raise InvalidArgument(f"durability must be 'normal' or 'full', got {shown(durability)}")
         self.path = path
         self.where = path
         # A file (or folder) this process cannot write is opened read-only: reads

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Final
 
 from ..errors import InvalidArgument, shown
@@ -207,25 +207,44 @@ def read_window(
     Raises:
         InvalidArgument: ``limit`` is not a non-negative integer (a ``ValueError``).
     """
+    reads = window_reads(limit, with_head=head is not None)
+    answer: Any = None  # nothing is sent to start the plan
+    try:
+        while True:
+            kind, n = reads.send(answer)
+            answer = read(n) if kind == "read" or head is None else head(n or 0)
+    except StopIteration as done:
+        result: list[Message] = done.value
+        return result
+
+
+def window_reads(
+    limit: int | None, *, with_head: bool
+) -> Generator[tuple[str, int | None], list[Message], list[Message]]:
+    """:func:`read_window` as a plan: it yields ``("read", n)`` (the last ``n``) and
+    ``("head", n)`` (the first ``n``), is sent the messages, and returns the window.
+
+    The async buffer drives the same plan with awaited reads.
+    """
     if limit is None:
-        return read(None)
+        return (yield "read", None)
     _check_window_limit(limit)
     if limit == 0:
         return []
     size = limit
     while True:
-        chunk = read(size)
+        chunk = yield "read", size
         start = _window_start(chunk, limit)
         if len(chunk) < size:  # the whole history
             return window(chunk, limit)
         if start > 0 and _settled(chunk, start):
             break
         size *= 2
-    if head is None:
+    if not with_head:
         return chunk[start:]
     n = 4
     while True:  # the opening system messages, however many there are
-        first = head(n)
+        first = yield "head", n
         prompt = first[: _leading_system(first)]
         if len(prompt) < n or len(first) < n:
             break

@@ -8,8 +8,10 @@ Three input shapes are accepted and stored as one (tool data under ``metadata``)
 * the OpenAI chat shape: assistant ``tool_calls: [{"id", "type": "function",
   "function": {...}}]`` and tool ``tool_call_id``.
 
-Declared call dicts are kept as sent (both id spellings are read, MEM-11), so the
-stored history is lossless. Other top-level keys (``name``, say) move into
+A top-level ``id`` is the caller's id for the message (a UUID, checked here; the
+append stores the message under it, or drops the message when its buffer holds
+that id already). Declared call dicts are kept as sent (both id spellings are
+read, MEM-11), so the stored history is lossless. Other top-level keys (``name``, say) move into
 ``metadata``; one that looks like a misspelled field (``contnet``, ``tool_call``,
 ``tool_call_ids``) is kept the same way but logged as a warning, since the content
 or call it meant to carry is then in no payload. Anything malformed raises
@@ -23,6 +25,7 @@ import functools
 import json
 import logging
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
@@ -40,6 +43,8 @@ PAIRING_BLOCKS: Final = frozenset({"tool_use", "tool_result", "server_tool_use"}
 MAX_STORED_BYTES: Final = 999_000_000
 _STRUCTURAL_KEYS: Final = frozenset({"role", "content", "metadata", "tool_calls", "tool_call_id"})
 _NO_VALUE: Final = object()
+# A caller's message id: a UUID in its 36-character text form (UUIDv7 recommended).
+_MESSAGE_ID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 log = logging.getLogger(__name__)
 
 
@@ -53,6 +58,7 @@ class Incoming(NamedTuple):
     declared: tuple[str, ...]  # call ids an assistant turn declares, in order
     tool_call_id: str | None  # the call a tool message answers
     healed: bool  # metadata.healed is true
+    id: str | None = None  # the caller's id for the message (lower case), if it gave one
 
 
 def _check_json(value: object, index: int, field: str) -> None:
@@ -207,11 +213,26 @@ def _placeholder_content(
     return PLACEHOLDER_CONTENT
 
 
+def check_message_id(value: object, index: int) -> str:
+    """A caller-supplied message id in the stored form (lower case), or InvalidMessage.
+
+    Ids are the messages' keys across the whole store: a UUID (UUIDv7 recommended,
+    :func:`flowdrop_local.engine.new_message_id` makes one), in its 36-character form.
+    """
+    if isinstance(value, str) and len(value) == 36:
+        lowered = value.lower()
+        if _MESSAGE_ID.fullmatch(lowered):
+            return lowered
+    raise InvalidMessage(
+        index, "id", f"must be a UUID string (8-4-4-4-12 hex digits), got {shown(value)}"
+    )
+
+
 def normalize(message: object, index: int = 0) -> Incoming:
     """Validate one incoming message and return it in the stored shape.
 
     Raises:
-        InvalidMessage: the message, its role, content, metadata, tool calls or
+        InvalidMessage: the message, its id, role, content, metadata, tool calls or
             tool call id is malformed.
     """
     if type(message) is dict and len(message) == 2:
@@ -231,6 +252,8 @@ def normalize(message: object, index: int = 0) -> Incoming:
             index, "role", f"must be one of assistant, system, tool, user; got {shown(role)}"
         )
     content, content_parts = coerce_content(message.get("content"), index)
+    given_id = message.get("id")
+    message_id = None if given_id is None else check_message_id(given_id, index)
 
     raw_metadata = message.get("metadata")
     if raw_metadata is None:
@@ -243,7 +266,7 @@ def normalize(message: object, index: int = 0) -> Incoming:
         )
     if len(message) > 2 or "role" not in message or "content" not in message:
         for key, value in message.items():
-            if key in _STRUCTURAL_KEYS:
+            if key in _STRUCTURAL_KEYS or key == "id":
                 continue
             if not isinstance(key, str):
                 raise InvalidMessage(index, "message", f"key {shown(key)} is not a string")
@@ -328,4 +351,5 @@ def normalize(message: object, index: int = 0) -> Incoming:
         declared,
         tool_call_id,  # type: ignore[arg-type]  # a usable str or None, checked above
         healed,
+        message_id,
     )

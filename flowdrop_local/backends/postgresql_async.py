@@ -1,0 +1,414 @@
+"""The PostgreSQL backend, natively async: psycopg's ``AsyncConnectionPool``.
+
+The async twin of :mod:`.postgresql`, with the same statements (its ``SQL``
+dict), the same transaction semantics and the same errors; only the I/O is
+awaited. The buffer rules are not here: the handles' plans (the append engine's
+among them) are driven on :class:`_AsyncPgTx` by :func:`engine.drive_async`.
+
+* MEM-12 per buffer: an append locks its buffer's row (``FOR UPDATE``) before it
+  reads the buffer's state; past ``lock_warning_after`` one warning is logged and
+  the lock is waited for again.
+* Writes whose result the plan does not need (``write``, ``many``) are queued
+  and sent in one pipeline with the next read or with the ``COMMIT``.
+* A deadlock or serialisation failure runs the whole transaction again
+  (bounded, with backoff): :meth:`AsyncPostgresBackend.transact` takes a
+  function that makes the plan, so each attempt starts from a fresh one.
+* Cancellation: a task cancelled inside a transaction rolls it back (psycopg
+  cancels the statement on the server first) and the connection goes back to
+  the pool, or is discarded when it cannot be brought back to idle. A
+  cancellation that arrives while the ``COMMIT`` is on its way cannot tell the
+  caller whether it committed: the transaction is whole or absent, and a retry
+  with the same message ids (:mod:`flowdrop_local.aio`) stores nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg import errors as pg_errors
+
+from ..check import Violation
+from ..engine import BufferState, Plan, drive_async
+from ..errors import (
+    FlowdropError,
+    InvalidArgument,
+    NotADatabase,
+    NotAFlowdropDatabase,
+    ReadOnlyStore,
+    StoreClosed,
+)
+from .postgresql import (
+    _NAMED,
+    _READ_SNAPSHOT,
+    _RETRIED,
+    _RETRIES,
+    CHECK_BUFFERS_SQL,
+    CHECK_LEDGER_SQL,
+    CHECK_MESSAGES_SQL,
+    CREATE_LOCK_SQL,
+    INDEXES_SQL,
+    META_SQL,
+    OUR_TABLES,
+    SCHEMA_VERSION,
+    SQL,
+    TABLES_SQL,
+    TRIGGERS_SQL,
+    _params,
+    _redacted,
+    buffer_state,
+    checked_buffer,
+    lock_statement,
+    lock_timeout,
+    no_connection,
+    redact,
+    schema_scripts,
+    schema_violations_of,
+    state_statement,
+    translated,
+    version_of,
+    warn_lock_wait,
+)
+
+_EXPORT_CHUNK = 500
+
+
+class _AsyncPgTx:
+    """A transaction on one pooled async connection; writes wait for the next round trip."""
+
+    def __init__(
+        self,
+        backend: AsyncPostgresBackend,
+        conn: psycopg.AsyncConnection[Any],
+        begin: str | None,
+    ) -> None:
+        self._backend = backend
+        self.conn = conn
+        self.cursor = conn.cursor()
+        self.begin = begin or "BEGIN"
+        self._queued: list[tuple[str, Any, bool]] = [] if begin is None else [(begin, None, False)]
+        self.fresh = True
+
+    async def _send(self, sql: str | None = None, params: Any = None) -> psycopg.AsyncCursor[Any]:
+        cursor = self.cursor
+        queued = self._queued
+        self.fresh = False
+        if not queued:
+            if sql is not None:
+                await cursor.execute(sql, params, prepare=True)
+            return cursor
+        self._queued = []
+        async with self.conn.pipeline():
+            for text, values, many in queued:
+                if many:
+                    await cursor.executemany(text, values)
+                else:
+                    await cursor.execute(text, values, prepare=True)
+            if sql is not None:
+                await cursor.execute(sql, params, prepare=True)
+        return cursor
+
+    async def one(self, statement: str, params: Any = ()) -> Any:
+        cursor = await self._send(SQL[statement], _params(statement, params))
+        return await cursor.fetchone()
+
+    async def all(self, statement: str, params: Any = ()) -> list[Any]:
+        cursor = await self._send(SQL[statement], _params(statement, params))
+        return await cursor.fetchall()
+
+    async def run(self, statement: str, params: Any = ()) -> int:
+        cursor = await self._send(SQL[statement], _params(statement, params))
+        return cursor.rowcount
+
+    async def write(self, statement: str, params: Any = ()) -> None:
+        self._queued.append((SQL[statement], _params(statement, params), False))
+
+    async def many(self, statement: str, rows: Any) -> None:
+        rows = [_params(statement, row) for row in rows] if statement in _NAMED else rows
+        self._queued.append((SQL[statement], rows, True))
+
+    async def open(self, statement: str, params: Any) -> BufferState:
+        """Lock the buffer's row, creating it first when it is new; see ``_PgTx.open``."""
+        scope, scope_id, key, known_id = params
+        address = (scope, scope_id, key)
+        lock, lock_params = lock_statement(known_id, address)
+        locked, row = await self._locked_state(lock, lock_params, known_id, address)
+        while locked is None:
+            if row is None:
+                await self.cursor.execute(SQL["create_buffer"], address)
+            locked, row = await self._locked_state(*lock_statement(None, address), None, address)
+        return buffer_state(row)
+
+    async def _locked_state(
+        self, lock: str, lock_params: Any, known_id: int | None, address: tuple[str, str, str]
+    ) -> tuple[Any, Any]:
+        """The row lock and then the state, in one pipeline; see ``_PgTx._locked_state``."""
+        state, state_params = state_statement(known_id, address)
+        warn_after = self._backend.lock_warning_after
+        fresh = self.fresh
+        self.fresh = False
+        locking, cursor = self.conn.cursor(), self.cursor
+        queued, self._queued = self._queued, []
+        try:
+            async with self.conn.pipeline():
+                for text, values, many in queued:  # the BEGIN
+                    if many:
+                        await cursor.executemany(text, values)
+                    else:
+                        await cursor.execute(text, values)
+                if fresh:
+                    await cursor.execute(lock_timeout(warn_after))
+                await locking.execute(lock, lock_params, prepare=True)
+                if fresh:
+                    await cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
+                await cursor.execute(state, state_params, prepare=True)
+        except pg_errors.LockNotAvailable:
+            await _rollback(self.conn)
+            warn_lock_wait(warn_after, address, self._backend.where)
+            async with self.conn.pipeline():
+                await cursor.execute(self.begin)
+                await locking.execute(lock, lock_params)
+                await cursor.execute(state, state_params)
+        return await locking.fetchone(), await cursor.fetchone()
+
+    async def commit(self) -> None:
+        self._queued.append(("COMMIT", None, False))
+        await self._send()
+
+    async def raw(self, sql: str, params: Any = ()) -> list[Any]:
+        """Rows of a statement that is not a named one (maintenance: ``check``)."""
+        cursor = await self._send(sql, params)
+        return await cursor.fetchall()
+
+
+class AsyncPostgresBackend:
+    """A flowdrop_local PostgreSQL database, reached through an ``AsyncConnectionPool``.
+
+    Open it with :meth:`connect`. ``target`` is a ``postgresql://`` URL (a pool is
+    made and owned) or an ``AsyncConnectionPool`` the application owns (used, and
+    left open by :meth:`close`).
+    """
+
+    kind = "postgresql"
+    read_only = False
+    durability = "normal"
+
+    def __init__(
+        self,
+        pool: psycopg_pool.AsyncConnectionPool[Any],
+        where: str,
+        *,
+        owns_pool: bool,
+        lock_warning_after: float,
+    ) -> None:
+        self._pool = pool
+        self.where = where
+        self._owns_pool = owns_pool
+        self.lock_warning_after = lock_warning_after
+        self._closed = False
+        self._exporting: set[psycopg.AsyncConnection[Any]] = set()
+
+    @classmethod
+    async def connect(
+        cls, target: Any, *, lock_warning_after: float, create: bool
+    ) -> AsyncPostgresBackend:
+        """Open the database (creating its schema when ``create``); errors as ``Store``'s."""
+        if isinstance(target, str):
+            where = redact(target)
+            try:
+                # One direct connection first: a server that is not there fails now.
+                await (await psycopg.AsyncConnection.connect(target, connect_timeout=10)).close()
+                pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
+                    target, min_size=1, max_size=8, open=False, kwargs={"autocommit": True}
+                )
+                await pool.open(wait=True, timeout=30)
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
+                raise NotADatabase(f"cannot connect to {where}: {_redacted(error)}") from None
+            owns = True
+        elif isinstance(target, psycopg_pool.AsyncConnectionPool):
+            pool, where, owns = target, "a psycopg pool", False
+        else:
+            raise InvalidArgument(
+                "AsyncStore takes a SQLite path, a postgresql:// URL or a "
+                f"psycopg_pool.AsyncConnectionPool, not a {type(target).__name__}"
+            )
+        backend = cls(pool, where, owns_pool=owns, lock_warning_after=lock_warning_after)
+        try:
+            await backend._prepare(create)
+        except BaseException as error:
+            if owns:
+                await pool.close()
+            if isinstance(error, pg_errors.InsufficientPrivilege):
+                raise ReadOnlyStore(
+                    f"{where}: this role may not create flowdrop_local's schema here: "
+                    f"{_redacted(error)}"
+                ) from None
+            if isinstance(error, psycopg.Error | psycopg_pool.PoolTimeout):
+                raise NotADatabase(f"cannot open {where}: {_redacted(error)}") from None
+            raise
+        return backend
+
+    async def _prepare(self, create: bool) -> None:
+        async with self._pool.connection() as conn:
+            await conn.set_autocommit(True)  # a pool handed in by the application may differ
+            version = await self._version(conn)
+            if version == SCHEMA_VERSION:
+                problems = await self._schema_violations(_AsyncPgTx(self, conn, None))
+                if problems:
+                    shown = "; ".join(v.detail for v in problems[:3])
+                    more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+                    raise NotAFlowdropDatabase(
+                        f"{self.where} has a schema flowdrop_local did not make: {shown}{more}"
+                    )
+                return
+            async with conn.transaction():
+                await conn.execute(CREATE_LOCK_SQL)
+                version = await self._version(conn)
+                for script in schema_scripts(version, create, self.where):
+                    await conn.execute(script)
+
+    async def _version(self, conn: psycopg.AsyncConnection[Any]) -> int | None:
+        tables = {row[0] for row in await (await conn.execute(TABLES_SQL)).fetchall()}
+        meta: dict[str, str] = {}
+        if "flowdrop_meta" in tables:
+            meta = dict(await (await conn.execute(META_SQL)).fetchall())
+        return version_of(tables, meta, self.where)
+
+    @staticmethod
+    async def _schema_violations(tx: _AsyncPgTx) -> list[Violation]:
+        triggers = {row[0] for row in await tx.raw(TRIGGERS_SQL, OUR_TABLES)}
+        indexes = {row[0] for row in await tx.raw(INDEXES_SQL, OUR_TABLES)}
+        return schema_violations_of(triggers, indexes)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def ensure_open(self) -> None:
+        if self._closed:
+            raise StoreClosed(f"the store {self.where!r} is closed")
+
+    async def close(self) -> None:
+        """Release the pool (when it is ours) and end exports in progress. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for conn in list(self._exporting):
+            with contextlib.suppress(psycopg.Error):
+                await conn.close()
+        if self._owns_pool:
+            await self._pool.close()
+
+    # ------------------------------------------------------------- transactions
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        try:
+            conn = await self._pool.getconn()
+        except (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as error:
+            raise no_connection(self.where, error) from None
+        try:
+            yield conn
+        finally:
+            # Shielded: a cancellation arriving now must not lose the connection.
+            await asyncio.shield(self._pool.putconn(conn))
+
+    async def transact(self, make_plan: Callable[[], Plan]) -> Any:
+        """Run a fresh plan from ``make_plan`` in one write transaction; again on a conflict.
+
+        A deadlock or serialisation failure runs the whole transaction again, up to
+        the sync backend's bound, with the same backoff.
+        """
+        for attempt in range(_RETRIES):
+            try:
+                return await self._write(make_plan())
+            except _RETRIED as error:
+                if attempt == _RETRIES - 1:
+                    raise translated(error, self.where) from None
+                await asyncio.sleep(random.uniform(0, 0.01 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    async def _write(self, plan: Plan) -> Any:
+        self.ensure_open()
+        async with self._connection() as conn:
+            tx = _AsyncPgTx(self, conn, "BEGIN")
+            try:
+                result = await drive_async(plan, tx)
+                await tx.commit()
+            except BaseException as error:
+                await _rollback(conn)
+                if isinstance(error, _RETRIED):
+                    raise
+                raise translated(error, self.where) from None
+            return result
+
+    async def read(self, plan: Plan, *, snapshot: bool = True) -> Any:
+        """Run ``plan`` in one read transaction (one statement alone needs no BEGIN)."""
+        self.ensure_open()
+        async with self._connection() as conn:
+            tx = _AsyncPgTx(self, conn, _READ_SNAPSHOT if snapshot else None)
+            try:
+                return await drive_async(plan, tx)
+            except psycopg.Error as error:
+                raise translated(error, self.where) from None
+            finally:
+                await _rollback(conn)
+
+    async def snapshot_rows(self, reads: list[tuple[str, Any]]) -> AsyncIterator[tuple[int, Any]]:
+        """``(i, row)`` for each read in turn, from one REPEATABLE READ snapshot on a
+        connection of its own, through server-side cursors (as the sync backend)."""
+        self.ensure_open()
+        async with self._connection() as conn:
+            self._exporting.add(conn)
+            try:
+                await conn.execute(_READ_SNAPSHOT)
+                for i, (statement, params) in enumerate(reads):
+                    async with conn.cursor(name=f"flowdrop_export_{i}") as cursor:
+                        cursor.itersize = _EXPORT_CHUNK
+                        await cursor.execute(SQL[statement], _params(statement, params))
+                        async for row in cursor:
+                            self.ensure_open()
+                            yield i, row
+            except psycopg.Error as error:
+                self.ensure_open()
+                raise FlowdropError(f"cannot export {self.where}: {_redacted(error)}") from None
+            finally:
+                self._exporting.discard(conn)
+                await _rollback(conn)
+
+    async def check(self) -> list[Violation]:
+        """Every broken invariant; the same queries and judgement as the sync backend."""
+        self.ensure_open()
+        async with self._connection() as conn:
+            tx = _AsyncPgTx(self, conn, _READ_SNAPSHOT)
+            try:
+                violations = await self._schema_violations(tx)
+                for buffer_id, scope, scope_id, key in await tx.raw(CHECK_BUFFERS_SQL):
+                    messages = await tx.raw(CHECK_MESSAGES_SQL, (buffer_id,))
+                    ledger = await tx.raw(CHECK_LEDGER_SQL, (buffer_id,))
+                    violations += checked_buffer(f"{scope}/{scope_id}/{key}", messages, ledger)
+                return violations
+            except psycopg.Error as error:
+                raise translated(error, self.where) from None
+            finally:
+                await _rollback(conn)
+
+
+async def _rollback(conn: psycopg.AsyncConnection[Any]) -> None:
+    """End a transaction the library began; a connection that cannot is closed (the
+    pool replaces it)."""
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        return
+    try:
+        await conn.execute("ROLLBACK")
+    except psycopg.Error:
+        with contextlib.suppress(psycopg.Error):
+            await conn.close()
