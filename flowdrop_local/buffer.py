@@ -150,14 +150,33 @@ class Buffer:
         rows.reverse()
         return [_row_to_dict(*row) for row in rows]
 
-    def messages(self, limit: int | None = None) -> list[Message]:
-        """The stored messages as :class:`Message` records, in position order."""
-        with self.db.read(snapshot=False) as tx:
-            return self.messages_in(tx, limit)
+    def messages(self, limit: int | None = None, *, before: str | None = None) -> list[Message]:
+        """The stored messages as :class:`Message` records, in position order.
 
-    def messages_in(self, tx: Tx, limit: int | None = None) -> list[Message]:
+        ``limit`` and ``before`` page back as in :meth:`read`; the records carry the
+        ids that the next ``before`` needs.
+
+        Raises:
+            MessageNotFound: ``before`` names no message of this buffer.
+        """
+        if before is not None and not isinstance(before, str):
+            raise InvalidArgument(f"before must be a message id (a string), not {shown(before)}")
+        with self.db.read(snapshot=before is not None) as tx:
+            return self.messages_in(tx, limit, before=before)
+
+    def messages_in(
+        self, tx: Tx, limit: int | None = None, *, before: str | None = None
+    ) -> list[Message]:
         """:meth:`messages` inside an open transaction."""
-        if limit is None:
+        if before is not None:
+            buffer_id = self.existing_id(tx)
+            found = None if buffer_id is None else tx.one("position_of", (buffer_id, before))
+            if found is None:
+                raise MessageNotFound(f"no message {before!r} in {self!r}")
+            bound = _MAX_LIMIT if limit is None else check_limit(limit)
+            rows = tx.all("messages_before", (buffer_id, found[0], bound))
+            rows.reverse()
+        elif limit is None:
             rows = tx.all("messages_all_at", self.address)
         else:
             rows = tx.all("messages_last_at", (*self.address, check_limit(limit)))
@@ -246,6 +265,12 @@ class Buffer:
         self._id = state.id
         tx.remember(state)
         return result
+
+    def _repr_html_(self) -> str:
+        """The last messages as an HTML transcript for Jupyter (escaped; loads nothing remote)."""
+        from .viewer.transcript import buffer_html
+
+        return buffer_html(self)
 
     # -------------------------------------------------------- provider payloads
 
