@@ -443,9 +443,9 @@ def serve(ctx: click.Context, db: str | None, host: str, port: int, no_browser: 
     from .viewer.server import serve as run
 
     def announce(url: str) -> None:
+        click.echo("Serving the read-only viewer; press Ctrl-C to stop.", err=True)
         click.echo(url)
         sys.stdout.flush()
-        click.echo("Serving the read-only viewer; press Ctrl-C to stop.", err=True)
 
     run(db or ctx.obj["db"], host=host, port=port, open_browser=not no_browser, announce=announce)
 

@@ -441,9 +441,13 @@ class SqliteBackend(Backend):
         try:
             return connect(uri + "?mode=ro", uri=True)
         except sqlite3.OperationalError:
+            pass
+        try:
             # A WAL file in a read-only folder: no -shm can be made. Read it as a
             # snapshot that no one is writing.
             return connect(uri + "?immutable=1", uri=True)
+        except sqlite3.Error as error:  # a folder, say
+            raise NotADatabase(f"cannot open {self.path}: {error}") from None
 
     def _configure(self, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA foreign_keys = ON")

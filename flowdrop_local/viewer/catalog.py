@@ -120,8 +120,10 @@ class Catalog:
             earlier = buffer.messages(_WIDEN_STEP, before=messages[0].id)
             if not earlier:
                 break
-            messages = earlier + messages
-            widened += len(earlier)
+            # Keep from the last turn that is not a result: the call turn.
+            cut = max((i for i, m in enumerate(earlier) if m.role != "tool"), default=0)
+            messages = earlier[cut:] + messages
+            widened += len(earlier) - cut
         first = messages[0].id if messages else None
         more = first is not None and bool(buffer.messages(1, before=first))
         return {

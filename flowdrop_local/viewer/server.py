@@ -39,7 +39,7 @@ from typing import Any, Final
 
 from ..backends import is_postgresql_target
 from ..buffer import check_limit
-from ..errors import FlowdropError, InvalidArgument, MessageNotFound, NotADatabase
+from ..errors import FlowdropError, InvalidArgument, MessageNotFound, NotADatabase, shown
 from ..store import Store
 from .catalog import Catalog
 
@@ -120,6 +120,8 @@ class ViewerServer(ThreadingHTTPServer):
         """
         if not host.strip("[] "):
             raise InvalidArgument("--host must name an address, such as 127.0.0.1")
+        if not (host.isascii() and host.isprintable()) or " " in host:
+            raise InvalidArgument(f"--host {shown(host)} is not an address or a host name")
         if ":" in host.strip("[]"):
             self.address_family = socket.AF_INET6
         try:
@@ -328,15 +330,18 @@ def serve(
     with open_read_only(target) as store:
         server = ViewerServer(Catalog(store), host, port)
         try:
-            (announce or _print)(server.url)
-            if open_browser:
-                threading.Thread(target=webbrowser.open, args=(server.url,), daemon=True).start()
             with suppress(KeyboardInterrupt):
+                (announce or _print)(server.url)
+                if open_browser:
+                    browser = threading.Thread(
+                        target=webbrowser.open, args=(server.url,), daemon=True
+                    )
+                    browser.start()
                 server.serve_forever()
         finally:
             server.server_close()
 
 
 def _print(url: str) -> None:
-    print(url, flush=True)
     print("Serving the read-only viewer; press Ctrl-C to stop.", file=sys.stderr, flush=True)
+    print(url, flush=True)
