@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import http.client
 import http.server
 import os
 import select
+import struct
 import subprocess
 import sys
 import threading
 import urllib.parse
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,11 +20,25 @@ from typing import Any
 
 from flowdrop_local import Store
 
-# A 1x1 red PNG.
-PIXEL = (
-    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8Dw"
-    "HwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
-)
+
+def _png(width: int, height: int) -> str:
+    """A small sky-to-sea gradient as a ``data:`` PNG (made here: no file, no network)."""
+    rows = b"".join(
+        b"\x00" + bytes(v for x in range(width) for v in (40 + y * 3, 120 + y * 2, 220 - x))
+        for y in range(height)
+    )
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
+    return "data:image/png;base64," + base64.b64encode(png + chunk(b"IEND", b"")).decode()
+
+
+PIXEL_SIZE = (96, 48)
+PIXEL = _png(*PIXEL_SIZE)
 SCRIPT = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\">"
 AGENT = ("demo", "local", "weather-agent")
 XSS = ("demo", "local", "hostile")

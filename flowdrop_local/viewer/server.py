@@ -240,6 +240,9 @@ class _Handler(BaseHTTPRequestHandler):
             body = (resources.files(__package__) / "static" / name).read_bytes()
             self._send(HTTPStatus.OK, body, content_type, cookie)
             return
+        if url.path == "/favicon.ico":  # browsers ask for it; there is none
+            self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon", cookie)
+            return
         route = _ROUTES.get(url.path)
         if route is None:
             self._error(HTTPStatus.NOT_FOUND, f"no page {url.path}")

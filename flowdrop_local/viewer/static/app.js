@@ -33,6 +33,14 @@ function showError(error) {
 
 // ------------------------------------------------------------ conversations
 
+// "2026-12-01T08:48:51.070Z" -> "2026-12-01 08:48:51" (the full value as a tooltip).
+function timeElement(className, value, prefix) {
+  const node = el("time", className, `${prefix}${String(value).replace("T", " ").slice(0, 19)}`);
+  node.dateTime = value;
+  node.title = value;
+  return node;
+}
+
 function addressText(address) {
   return address.join(" / ");
 }
@@ -50,7 +58,7 @@ async function loadConversations() {
       button.dataset.key = item.address[2];
       button.append(el("span", "title", item.title || addressText(item.address)));
       const meta = el("span", "meta", `${item.count} messages`);
-      if (item.updated_at) meta.append(el("time", "updated", ` · ${item.updated_at}`));
+      if (item.updated_at) meta.append(timeElement("updated", item.updated_at, " · "));
       button.append(meta);
       button.addEventListener("click", () => openConversation(item.address, item.title));
       row.append(button);
@@ -123,7 +131,7 @@ function drawEntry(entry) {
   head.append(el("span", "role", entry.role));
   if (entry.answers !== null) head.append(" ", el("span", "answers", `answers ${entry.answers}`));
   mark(head, entry.interrupted);
-  if (entry.created_at) head.append(" ", el("time", "created", entry.created_at));
+  if (entry.created_at) head.append(" ", timeElement("created", entry.created_at, ""));
   item.append(head, drawParts(entry.content));
   for (const call of entry.calls) item.append(drawCall(call));
   if (entry.interrupted) item.classList.add("is-interrupted");
