@@ -7,6 +7,7 @@ the page and ``Buffer._repr_html_`` share, paging and the search hint.
 
 from __future__ import annotations
 
+import html.parser
 import json
 import os
 import re
@@ -599,3 +600,137 @@ def test_wheel_ships_the_page(tmp_path: Path) -> None:
         for name in ("index.html", "app.js", "style.css"):
             packaged = archive.read(f"flowdrop_local/viewer/static/{name}")
             assert packaged == (STATIC / name).read_bytes()
+
+
+# ------------------------------------------------------------------- notebooks
+
+
+class _Parsed(html.parser.HTMLParser):
+    """Tags (with attributes) and text, in order, as a browser's parser sees them."""
+
+    def __init__(self, markup: str) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+        self.feed(markup)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        if self.lasttag != "style":  # the stylesheet is not text a person reads
+            self.text.append(data)
+
+
+def _notebook(viewer_db: Path, address: tuple[str, str, str]) -> tuple[str, _Parsed]:
+    with Store(viewer_db, read_only=True) as store:
+        markup = store.buffer(*address)._repr_html_()
+    return markup, _Parsed(markup)
+
+
+def test_notebook_transcript_has_the_pages_marks(
+    viewer_db: Path, remote_images: CountingServer
+) -> None:
+    """Same entries as the page: calls beside results, one interrupted mark, the data image."""
+    markup, parsed = _notebook(viewer_db, AGENT)
+    classes = [attrs.get("class") for _, attrs in parsed.tags]
+    roles = [c.split()[1] for c in classes if c and c.startswith("fd-msg ")]
+    assert roles == ["fd-system", "fd-user", "fd-assistant"] + ["fd-user", "fd-assistant"] * 2 + [
+        "fd-user"
+    ]
+    assert classes.count("fd-interrupted") == 1 and classes.count("fd-call") == 2
+    text = "".join(parsed.text)
+    assert text.index("get_forecast") < text.index("Rain, 14 C, 80%") < text.index("radar")
+    assert text.index("radar") < text.index("interrupted") < text.index("Take an umbrella")
+    images = [attrs["src"] for tag, attrs in parsed.tags if tag == "img"]
+    assert images == [PIXEL]
+    assert remote_image_url(remote_images.server_address[1]) in text  # as text, not a source
+    assert "demo / local / weather-agent (10 messages)" in text
+    assert "<script" not in markup and "http" not in "".join(
+        str(v) for _, attrs in parsed.tags for v in attrs.values()
+    )
+
+
+def test_notebook_transcript_escapes_stored_markup(viewer_db: Path) -> None:
+    """Stored <script>, <img onerror> and markup in call ids and names come out as text."""
+    markup, parsed = _notebook(viewer_db, XSS)
+    tags = {tag for tag, _ in parsed.tags}
+    assert tags <= {"style", "div", "span", "pre", "b"}, tags
+    assert not [attrs for _, attrs in parsed.tags if any(k.startswith("on") for k in attrs)]
+    text = "".join(parsed.text)
+    assert text.count(SCRIPT) == 3 and "<i>tool</i>" in text and "<b>id</b>" in text
+    assert "<script" not in markup and "<img" not in markup
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        'data:image/png;base64,AAAA"><script>alert(1)</script>',
+        "data:image/svg+xml,<svg onload=alert(1)>",
+        "javascript:alert(1)",
+        "data:text/html,<script>alert(1)</script>",
+    ],
+)
+def test_notebook_image_sources_cannot_break_out(src: str) -> None:
+    """A hostile image URL is a quoted attribute of an <img> (data:image/ only), or text."""
+    with Store(":memory:") as store:
+        buffer = store.buffer(*AGENT)
+        part = {"type": "image_url", "image_url": {"url": src}}
+        buffer.append({"role": "user", "content": [part]})
+        parsed = _Parsed(buffer._repr_html_())
+    images = [attrs["src"] for tag, attrs in parsed.tags if tag == "img"]
+    assert images == ([src] if src.startswith("data:image/") else [])
+    assert [tag for tag, _ in parsed.tags if tag in ("script", "svg", "a", "iframe")] == []
+    if not images:
+        assert src in "".join(parsed.text)
+
+
+def test_notebook_shows_the_last_200_of_a_long_history(viewer_db: Path) -> None:
+    """A long buffer renders only its last messages, and says so."""
+    _, parsed = _notebook(viewer_db, PAGED)
+    text = "".join(parsed.text)
+    assert "the last 200 of 250 messages" in text
+    assert "message 49" not in text.split("message 50", 1)[0]
+    assert text.rstrip().endswith(f"message {PAGED_SIZE - 1}")
+
+
+def test_notebook_of_an_empty_or_refused_buffer() -> None:
+    """An empty buffer and a refused one render a heading and no messages."""
+    with Store(":memory:") as store:
+        for buffer in (store.buffer(*AGENT), store.buffer("user", "0", "chat")):
+            parsed = _Parsed(buffer._repr_html_())
+            assert not [a for _, a in parsed.tags if (a.get("class") or "").startswith("fd-msg")]
+            assert "(0 messages)" in "".join(parsed.text)
+
+
+# ------------------------------------------------ Buffer.messages(before=), both backends
+
+
+def test_messages_page_back_with_ids(store: Store) -> None:
+    """messages(limit, before=id) is read(limit, before=id) with the ids the next page needs."""
+    buffer = store.buffer(*AGENT)
+    buffer.append([{"role": "user", "content": f"m{i}"} for i in range(10)])
+    last = buffer.messages(3)
+    older = buffer.messages(3, before=last[0].id)
+    assert [m.content for m in older + last] == [f"m{i}" for i in range(4, 10)]
+    assert [m.to_dict() for m in older] == buffer.read(3, before=last[0].id)
+    assert [m.content for m in buffer.messages(before=older[0].id)] == [f"m{i}" for i in range(4)]
+    assert buffer.messages(5, before=buffer.messages()[0].id) == []
+
+
+@pytest.mark.parametrize(
+    ("before", "error"),
+    [
+        ("no-such-id", MessageNotFound),  # not a message of this buffer
+        (5, InvalidArgument),  # not a string
+    ],
+)
+def test_messages_before_refuses_what_read_refuses(store: Store, before: Any, error: type) -> None:
+    """The same errors as read(before=)."""
+    buffer = store.buffer(*AGENT)
+    buffer.append({"role": "user", "content": "x"})
+    with pytest.raises(error):
+        buffer.messages(1, before=before)
+    with pytest.raises(error):
+        buffer.read(1, before=before)
