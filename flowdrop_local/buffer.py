@@ -16,6 +16,7 @@ from collections.abc import Generator, Iterable, Mapping
 from typing import Any
 
 from . import engine
+from ._ids import id_blob
 from .access import check_scope_name
 from .backends.base import Backend, Tx
 from .engine import Placement, Plan, new_message_id, validate_batch
@@ -156,28 +157,53 @@ class Buffer:
                 rows = yield "all", "read_last_at", (*self.address, check_limit(limit))
                 rows.reverse()
             return [_row_to_dict(*row) for row in rows]
-        buffer_id = yield from self.existing_id_plan()
-        found = None if buffer_id is None else (yield "one", "position_of", (buffer_id, before))
-        if found is None:
-            raise MessageNotFound(f"no message {before!r} in {self!r}")
+        found = yield from self._position_of(before)
+        buffer_id = self._id
         limit = _MAX_LIMIT if limit is None else check_limit(limit)
         rows = yield "all", "read_before", (buffer_id, found[0], limit)
         rows.reverse()
         return [_row_to_dict(*row) for row in rows]
 
-    def messages(self, limit: int | None = None) -> list[Message]:
-        """The stored messages as :class:`Message` records, in position order."""
-        with self.db.read(snapshot=False) as tx:
-            return self.messages_in(tx, limit)
+    def _position_of(self, message_id: str) -> Plan:
+        """The position of one of this buffer's messages, or MessageNotFound."""
+        buffer_id = yield from self.existing_id_plan()
+        found = None
+        if buffer_id is not None and id_blob(message_id.lower()) is not None:  # ids are UUIDs
+            found = yield "one", "position_of", (buffer_id, message_id.lower())
+        if found is None:
+            raise MessageNotFound(f"no message {shown(message_id)} in {self!r}")
+        return found
 
-    def messages_in(self, tx: Tx, limit: int | None = None) -> list[Message]:
+    def messages(self, limit: int | None = None, *, before: str | None = None) -> list[Message]:
+        """The stored messages as :class:`Message` records, in position order.
+
+        ``limit`` and ``before`` page back as in :meth:`read`; the records carry the
+        ids that the next ``before`` needs.
+
+        Raises:
+            MessageNotFound: ``before`` names no message of this buffer.
+        """
+        if before is not None and not isinstance(before, str):
+            raise InvalidArgument(f"before must be a message id (a string), not {shown(before)}")
+        with self.db.read(snapshot=before is not None) as tx:
+            return self.messages_in(tx, limit, before=before)
+
+    def messages_in(
+        self, tx: Tx, limit: int | None = None, *, before: str | None = None
+    ) -> list[Message]:
         """:meth:`messages` inside an open transaction."""
-        messages: list[Message] = engine.drive(self.messages_plan(limit), tx)
+        messages: list[Message] = engine.drive(self.messages_plan(limit, before=before), tx)
         return messages
 
-    def messages_plan(self, limit: int | None = None) -> Plan:
+    def messages_plan(self, limit: int | None = None, *, before: str | None = None) -> Plan:
         """:meth:`messages` as a plan."""
-        if limit is None:
+        if before is not None:
+            found = yield from self._position_of(before)
+            buffer_id = self._id
+            bound = _MAX_LIMIT if limit is None else check_limit(limit)
+            rows = yield "all", "messages_before", (buffer_id, found[0], bound)
+            rows.reverse()
+        elif limit is None:
             rows = yield "all", "messages_all_at", self.address
         else:
             rows = yield "all", "messages_last_at", (*self.address, check_limit(limit))
@@ -287,6 +313,12 @@ class Buffer:
         )
         self._id = state.id
         return result, state
+
+    def _repr_html_(self) -> str:
+        """The last messages as an HTML transcript for Jupyter (escaped; loads nothing remote)."""
+        from .viewer.transcript import buffer_html
+
+        return buffer_html(self)
 
     # -------------------------------------------------------- provider payloads
 

@@ -417,6 +417,39 @@ def backup(ctx: click.Context, target: str) -> None:
     click.echo(visible(f"backed up {ctx.obj['db']} to {target}"))
 
 
+@cli.command()
+@click.option(
+    "--db",
+    "db",
+    type=click.Path(),
+    help="The database to show (default: the group's --db, $FLOWDROP_DB or ./flowdrop.db).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to bind.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="The port (0: any free one).",
+)
+@click.option("--no-browser", is_flag=True, help="Only print the URL; do not open a browser.")
+@click.pass_context
+def serve(ctx: click.Context, db: str | None, host: str, port: int, no_browser: bool) -> None:
+    """Start a local read-only web viewer and print its URL (with its token) first.
+
+    The page lists the conversations, shows a transcript with its tool calls, and
+    searches when search is enabled. It never writes to the database. Ctrl-C stops it.
+    """
+    from .viewer.server import serve as run
+
+    def announce(url: str) -> None:
+        click.echo("Serving the read-only viewer; press Ctrl-C to stop.", err=True)
+        click.echo(url)
+        sys.stdout.flush()
+
+    run(db or ctx.obj["db"], host=host, port=port, open_browser=not no_browser, announce=announce)
+
+
 def main() -> None:
     """Entry point of the ``flowdrop-local`` script."""
     cli(prog_name="flowdrop-local")

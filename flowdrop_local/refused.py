@@ -51,7 +51,7 @@ class RefusedBuffer(Buffer):
             check_limit(limit)
         return []
 
-    def messages(self, limit: int | None = None) -> list[Message]:
+    def messages(self, limit: int | None = None, *, before: str | None = None) -> list[Message]:
         """Nothing: a refused scope selects no bucket."""
         if limit is not None:
             check_limit(limit)

@@ -142,3 +142,26 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return str(tmp_path / "chat.db")
     url: str = request.getfixturevalue("postgresql_url")
     return url
+
+
+# ------------------------------------------------------------------ the viewer
+# One database of conversations for tests/test_viewer_*.py, built once per run.
+
+
+@pytest.fixture(scope="session")
+def remote_images() -> Iterator[Any]:
+    """A stand-in for a remote image host: it counts the requests it gets."""
+    from ._viewer import counting_server
+
+    with counting_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def viewer_db(tmp_path_factory: pytest.TempPathFactory, remote_images: Any) -> Path:
+    """The viewer tests' conversations (the 100,000-message one through import: about 2 s)."""
+    from ._viewer import build
+
+    path = tmp_path_factory.mktemp("viewer") / "chat.db"
+    build(path, remote_images.server_address[1])
+    return path

@@ -49,6 +49,21 @@ def _command(path: tuple[str, ...]) -> click.Command:
     return command
 
 
+@pytest.fixture(autouse=True)
+def _serve_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``serve`` binds and prints its URL, then returns instead of serving forever.
+
+    Its arguments are fuzzed like any command's; only the endless loop and the
+    browser (a real one may be installed) are left out.
+    """
+    import webbrowser
+
+    from flowdrop_local.viewer.server import ViewerServer
+
+    monkeypatch.setattr(ViewerServer, "serve_forever", lambda self, poll_interval=0.5: None)
+    monkeypatch.setattr(webbrowser, "open", lambda *args, **kwargs: True)
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Hostile input files, made once."""

@@ -71,6 +71,7 @@ def recorded(
         buf.read(limit=5)
         buf.read(limit=5, before=buf.messages()[-1].id)
         buf.messages(limit=3)
+        buf.messages(limit=3, before=buf.messages()[-1].id)  # the viewer's paging
         len(buf)
         buf.pop()
         buf.read()

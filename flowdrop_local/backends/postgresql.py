@@ -206,6 +206,10 @@ SQL: dict[str, str] = {
         "SELECT m.id, m.position, m.role, m.content, m.content_parts, m.metadata, m.created_at "
         f"FROM {_AT} ORDER BY m.position DESC LIMIT %s"
     ),
+    "messages_before": (
+        "SELECT id, position, role, content, content_parts, metadata, created_at FROM messages "
+        "WHERE buffer_id = %s AND position < %s ORDER BY position DESC LIMIT %s"
+    ),
     "clear_ledger": "DELETE FROM tool_calls WHERE buffer_id = %s",
     "clear_messages": "DELETE FROM messages WHERE buffer_id = %s",
     "list_buffers": (

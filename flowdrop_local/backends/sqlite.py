@@ -195,6 +195,10 @@ SQL: dict[str, str] = {
         "SELECT id_text(m.id), m.position, m.role, m.content, m.content_parts, m.metadata, "
         f"m.created_at FROM {_AT} ORDER BY m.position DESC LIMIT ?"
     ),
+    "messages_before": (
+        "SELECT id_text(id), position, role, content, content_parts, metadata, created_at "
+        "FROM messages WHERE buffer_id = ? AND position < ? ORDER BY position DESC LIMIT ?"
+    ),
     "clear_ledger": "DELETE FROM tool_calls WHERE buffer_id = ?",
     "clear_messages": "DELETE FROM messages WHERE buffer_id = ?",
     "list_buffers": (
@@ -518,9 +522,13 @@ class SqliteBackend(Backend):
         try:
             return connect(uri + "?mode=ro", uri=True)
         except sqlite3.OperationalError:
+            pass
+        try:
             # A WAL file in a read-only folder: no -shm can be made. Read it as a
             # snapshot that no one is writing.
             return connect(uri + "?immutable=1", uri=True)
+        except sqlite3.Error as error:  # a folder, say
+            raise NotADatabase(f"cannot open {self.path}: {error}") from None
 
     def _configure(self, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA foreign_keys = ON")
