@@ -111,20 +111,71 @@ class AsyncStore:
             )
             self.path = self._pg.where
         else:
-            self._worker = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="flowdrop-async-store"
-            )
+            opening = self._start_worker()
             try:
-                self._sync = await asyncio.wrap_future(
-                    self._worker.submit(Store, self._target, **self._options)
-                )
+                self._sync = await asyncio.wrap_future(opening)
             except BaseException:
-                self._worker.shutdown(wait=False)
-                self._worker = None
+                self._stop_worker()
                 raise
             self.path = self._sync.path
         self._state = "open"
         return self
+
+    def _start_worker(self) -> concurrent.futures.Future[Store]:
+        """SQLite: the worker thread, and the sync Store opening on it."""
+        self._worker = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="flowdrop-async-store"
+        )
+        return self._worker.submit(Store, self._target, **self._options)
+
+    def _stop_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.shutdown(wait=False)
+            self._worker = None
+
+    def open_blocking(self) -> AsyncStore:
+        """SQLite: open now, waiting in this thread (for sync code that hands the store
+        to async code later, as the Agents SDK session does); idempotent.
+
+        Raises:
+            UnsupportedOperation: on PostgreSQL, whose async pool opens on an event loop.
+        """
+        if self._state == "open":
+            return self
+        if self._state == "closed":
+            raise StoreClosed(f"the store {self.path!r} is closed")
+        if is_postgresql_target(self._target):
+            raise UnsupportedOperation("a PostgreSQL AsyncStore opens on its event loop: await it")
+        try:
+            self._sync = self._start_worker().result()
+        except BaseException:
+            self._stop_worker()
+            raise
+        self.path = self._sync.path
+        self._state = "open"
+        return self
+
+    def close_blocking(self) -> None:
+        """SQLite: close now, after the calls already made, waiting in this thread."""
+        if self._state == "closed":
+            return
+        if self._pg is not None:
+            raise UnsupportedOperation("a PostgreSQL AsyncStore closes on its event loop: await it")
+        was_open, self._state = self._state == "open", "closed"
+        if was_open and self._worker is not None and self._sync is not None:
+            self._worker.submit(self._sync.close).result()
+            self._stop_worker()
+
+    def sync_store(self) -> Store:
+        """SQLite: the worker's sync :class:`Store` (thread-safe: its backend serialises
+        every call), for sync code beside the async calls.
+
+        Raises:
+            UnsupportedOperation: on PostgreSQL; StoreClosed: not open.
+        """
+        if self._pg is not None:
+            raise UnsupportedOperation("a PostgreSQL AsyncStore has no sync store: open a Store")
+        return self._open_sync()
 
     def __await__(self) -> Generator[Any, None, AsyncStore]:
         return self.open().__await__()

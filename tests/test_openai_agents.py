@@ -410,3 +410,40 @@ def test_get_items_with_a_limit_beyond_64_bits_gives_everything(
     """get_items(2**63) reads every item (before: OverflowError)."""
     run(session.add_items([USER]))
     assert run(session.get_items(limit)) == run(session.get_items())
+
+
+def test_a_file_session_runs_on_the_async_store_not_a_thread_per_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session on a file uses AsyncStore (one worker thread, calls in order): no
+    asyncio.to_thread hop per call; a URL or a shared sync Store still hops (documented)."""
+    import threading
+
+    from flowdrop_local import AsyncStore
+    from flowdrop_local.backends import sqlite as sqlite_backend
+
+    def no_hop(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("asyncio.to_thread was called")
+
+    seen: set[str] = set()
+    real_write = sqlite_backend.SqliteBackend.write
+
+    def write(self: Any, **kwargs: Any) -> Any:
+        seen.add(threading.current_thread().name)
+        return real_write(self, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", no_hop)
+    monkeypatch.setattr(sqlite_backend.SqliteBackend, "write", write)
+    session = Session("conv-1", tmp_path / "s.db")
+    try:
+        assert isinstance(session.store, AsyncStore)
+        run(session.add_items([USER, CALL, OUTPUT]))
+        assert run(session.get_items()) == [USER, CALL, OUTPUT]
+        assert run(session.pop_item()) == OUTPUT
+        run(session.clear_session())
+        assert run(session.get_items()) == []
+    finally:
+        session.close()
+    assert seen and all(name.startswith("flowdrop-async-store") for name in seen), seen
+    with pytest.raises(StoreClosed):
+        run(session.get_items())

@@ -51,14 +51,17 @@ import os
 import weakref
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from agents import Agent, RunContextWrapper, RunHooks, Tool
 from agents.items import ModelResponse, TResponseInputItem
 from agents.memory import SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
-from ..buffer import Buffer
+from ..access import resolve_address
+from ..aio import AsyncStore
+from ..backends import is_postgresql_target
+from ..buffer import Buffer, check_address_part
 from ..errors import InvalidAddress, InvalidMessage, StoreClosed
 from ..providers import item_to_message, message_to_items
 from ..store import Store
@@ -76,9 +79,14 @@ class Session:
     Args:
         session_id: the conversation's id; a ``session`` scope needs a real
             identity, so a blank id or ``"0"`` is refused.
-        path_or_store: a database file (opened here and closed by
-            :meth:`close`), ``":memory:"`` (the default, as ``SQLiteSession``),
-            or an open :class:`~flowdrop_local.Store` to share (left open).
+        path_or_store: a database file or ``":memory:"`` (the default, as
+            ``SQLiteSession``): opened here as an :class:`~flowdrop_local.AsyncStore`
+            (its own worker thread; no thread hop per call) and closed by
+            :meth:`close`. An :class:`~flowdrop_local.AsyncStore` to share (left
+            open): on PostgreSQL, natively async on the loop that opened it. A
+            ``postgresql://`` URL or a sync :class:`~flowdrop_local.Store`: sync
+            calls on asyncio's default threads (a session outlives event loops,
+            ``asyncio.run`` after ``asyncio.run``, and an async pool cannot).
         key: the buffer key under ``("session", session_id)``.
         session_settings: ``SessionSettings`` or a dict of its fields; its
             ``limit`` is the default of :meth:`get_items`.
@@ -92,7 +100,7 @@ class Session:
     def __init__(
         self,
         session_id: str,
-        path_or_store: str | os.PathLike[str] | Store = ":memory:",
+        path_or_store: str | os.PathLike[str] | AsyncStore | Store = ":memory:",
         *,
         key: str = DEFAULT_KEY,
         session_settings: SessionSettings | dict[str, Any] | None = None,
@@ -103,19 +111,21 @@ class Session:
             if session_settings is not None
             else SessionSettings()
         )
-        self._owns_store = not isinstance(path_or_store, Store)
-        self.store = path_or_store if isinstance(path_or_store, Store) else Store(path_or_store)
-        try:
-            buffer = self.store.buffer("session", session_id, key)
-            if buffer.refused:
-                raise InvalidAddress(
-                    f"session_id {session_id!r} is not a usable identity for a session buffer"
-                )
-        except BaseException:
-            if self._owns_store:
-                self.store.close()
-            raise
-        self.buffer: Buffer = buffer
+        check_address_part("key", key, allow_empty=False)
+        if resolve_address("session", session_id).refused:
+            raise InvalidAddress(
+                f"session_id {session_id!r} is not a usable identity for a session buffer"
+            )
+        self._key = key
+        self._owns_store = not isinstance(path_or_store, AsyncStore | Store)
+        self.store: AsyncStore | Store
+        if isinstance(path_or_store, AsyncStore | Store):
+            self.store = path_or_store
+        elif is_postgresql_target(path_or_store):
+            self.store = Store(path_or_store)
+        else:
+            self.store = AsyncStore(os.fspath(path_or_store)).open_blocking()
+        self._history: _History | None = None
         self._closed = False
         # Per run (keyed by the id of its RunContextWrapper, dropped with it):
         # what it wrote ahead and the SDK has not saved yet.
@@ -130,6 +140,30 @@ class Session:
         if self._closed:
             raise StoreClosed(f"the session {self.session_id!r} is closed")
 
+    @property
+    def buffer(self) -> Buffer:
+        """The session's buffer as a sync :class:`~flowdrop_local.Buffer`, to read or
+        export the history outside the SDK (``session.buffer.to_anthropic()``).
+
+        Raises:
+            UnsupportedOperation: the session shares a PostgreSQL ``AsyncStore``.
+        """
+        store = self.store
+        sync = store if isinstance(store, Store) else store.sync_store()
+        return sync.buffer("session", self.session_id, self._key)
+
+    async def _buffer(self) -> _History:
+        """The session's buffer, opening the store on first use."""
+        self._check_not_closed()
+        if self._history is None:
+            store = self.store
+            if isinstance(store, Store):
+                self._history = _ThreadHop(self.buffer)
+            else:
+                await store.open()
+                self._history = store.buffer("session", self.session_id, self._key)
+        return self._history
+
     # ------------------------------------------------------------ the protocol
 
     async def get_items(
@@ -143,14 +177,12 @@ class Session:
         """
         self._check_not_closed()
         self._join(wrapper)
-        resolved = resolve_session_limit(limit, self.session_settings)
-        return await asyncio.to_thread(self._get_items, resolved)
-
-    def _get_items(self, limit: int | None) -> list[TResponseInputItem]:
+        limit = resolve_session_limit(limit, self.session_settings)
         if limit == 0:
             return []
         bounded = limit is not None and limit > 0
-        messages = self.buffer.read(limit=limit if bounded else None)
+        buffer = await self._buffer()
+        messages = await buffer.read(limit if bounded else None)
         items = [item for message in messages for item in message_to_items(message)]
         if bounded:
             # A message not stored by a session can map to several items.
@@ -180,7 +212,7 @@ class Session:
 
     async def _append(self, messages: list[dict[str, Any]]) -> None:
         """One append of stored messages (the only write path of items)."""
-        await asyncio.to_thread(self.buffer.append, messages)
+        await (await self._buffer()).append(messages)
 
     async def pop_item(
         self, *, wrapper: RunContextWrapper[Any] | None = None
@@ -194,13 +226,10 @@ class Session:
         un-answers its call (the next user item heals it again); removing a call
         removes its declaration.
         """
-        self._check_not_closed()
-        return await asyncio.to_thread(self._pop_item)
-
-    def _pop_item(self) -> TResponseInputItem | None:
+        buffer = await self._buffer()
         peek = 1
         while True:
-            tail = self.buffer.read(limit=peek)
+            tail = await buffer.read(peek)
             shown = [bool(message_to_items(m)) for m in tail]
             if any(shown):
                 after = shown[::-1].index(True)  # trailing messages that show no item
@@ -209,19 +238,18 @@ class Session:
                 return None  # no item at all: nothing is removed
             peek *= 2
         for _ in range(after):
-            self.buffer.pop()
-        last = self.buffer.pop()
+            await buffer.pop()
+        last = await buffer.pop()
         if last is None:  # emptied meanwhile by another writer
             return None
         items = message_to_items(last)
         if len(items) > 1:
-            self.buffer.append([item_to_message(item) for item in items[:-1]])
+            await buffer.append([item_to_message(item) for item in items[:-1]])
         return items[-1] if items else None  # type: ignore[return-value]
 
     async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
         """Delete every item of this session (other sessions in the file are untouched)."""
-        self._check_not_closed()
-        await asyncio.to_thread(self.buffer.clear)
+        await (await self._buffer()).clear()
 
     # ------------------------------------------------------------ write-ahead
 
@@ -263,7 +291,10 @@ class Session:
         if not self._closed:
             self._closed = True
             if self._owns_store:
-                self.store.close()
+                if isinstance(self.store, Store):
+                    self.store.close()
+                else:
+                    self.store.close_blocking()
 
 
 class _Run:
@@ -363,3 +394,32 @@ def _as_dict(item: object) -> dict[str, Any]:
         if isinstance(dumped, dict):
             return dumped
     raise InvalidMessage(0, "item", f"a session item must be a mapping, not {type(item).__name__}")
+
+
+class _History(Protocol):
+    """What the session asks of its buffer: an AsyncBuffer, or a sync Buffer on a thread."""
+
+    async def read(self, limit: int | None = None) -> list[dict[str, Any]]: ...
+    async def append(self, messages: list[dict[str, Any]]) -> Any: ...
+    async def pop(self) -> dict[str, Any] | None: ...
+    async def clear(self) -> int: ...
+
+
+class _ThreadHop:
+    """A sync :class:`~flowdrop_local.Buffer` (of a shared sync Store) behind ``await``."""
+
+    def __init__(self, buffer: Buffer) -> None:
+        self._buffer = buffer
+
+    async def read(self, limit: int | None = None) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self._buffer.read, limit)
+
+    async def append(self, messages: list[dict[str, Any]]) -> Any:
+        return await asyncio.to_thread(self._buffer.append, messages)
+
+    async def pop(self) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self._buffer.pop)
+
+    async def clear(self) -> int:
+        return await asyncio.to_thread(self._buffer.clear)
+
