@@ -509,3 +509,29 @@ def test_the_async_variant_inside_async_agent_code(buf: Buffer) -> None:
 
     assert asyncio.run(chat()) == ["ok: hi", "Found it."]
     assert roles(buf) == ["system", "user", "assistant", "user", "assistant", "tool", "assistant"]
+
+
+def test_the_async_variant_on_an_async_buffer(tmp_path: Path) -> None:
+    """aload/asave and Persist take an AsyncBuffer and await it (no thread hop): the
+    same conversation as with a sync Buffer, stored once."""
+    from flowdrop_local import AsyncStore
+
+    agent = new_agent(Script())
+
+    async def chat() -> list[str]:
+        async with AsyncStore(tmp_path / "a.db") as store:
+            abuf = store.buffer("session", "s1", "chat")
+            outputs = []
+            for prompt in ("hi", "look up y"):
+                result = await agent.run(
+                    prompt, message_history=await aload(abuf), capabilities=[Persist(abuf)]
+                )
+                assert (await asave(abuf, result.all_messages())).appended == 0
+                outputs.append(result.output)
+            return outputs
+
+    assert asyncio.run(chat()) == ["ok: hi", "Found it."]
+    with Store(tmp_path / "a.db") as store:
+        assert roles(store.buffer("session", "s1", "chat")) == [
+            "system", "user", "assistant", "user", "assistant", "tool", "assistant"
+        ]

@@ -62,6 +62,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from ..aio import AsyncBuffer
 from ..buffer import Buffer
 from ..model import AppendResult, Message
 from ..providers._common import UNNAMED_TOOL
@@ -97,16 +98,16 @@ def save(buf: Buffer, messages: Iterable[ModelMessage]) -> AppendResult:
     return _append(buf, fresh)
 
 
-async def aload(buf: Buffer) -> list[ModelMessage]:
-    """:func:`load` for async code (the store's work runs on a worker thread)."""
-    return _to_model_messages(await asyncio.to_thread(_read, buf))
+async def aload(buf: Buffer | AsyncBuffer) -> list[ModelMessage]:
+    """:func:`load` for async code: an :class:`~flowdrop_local.AsyncBuffer` natively,
+    a sync ``Buffer`` on a worker thread."""
+    return _to_model_messages(await _aread(buf))
 
 
-async def asave(buf: Buffer, messages: Iterable[ModelMessage]) -> AppendResult:
-    """:func:`save` for async code (the store's work runs on a worker thread)."""
+async def asave(buf: Buffer | AsyncBuffer, messages: Iterable[ModelMessage]) -> AppendResult:
+    """:func:`save` for async code (an ``AsyncBuffer`` natively, a ``Buffer`` on a thread)."""
     given = list(messages)
-    stored = await asyncio.to_thread(_read, buf)
-    return await asyncio.to_thread(_append, buf, _unsaved(stored, given))
+    return await _aappend(buf, _unsaved(await _aread(buf), given))
 
 
 @dataclass
@@ -120,7 +121,7 @@ class Persist(AbstractCapability[Any]):
     leaves them for the next user turn to heal.
     """
 
-    buf: Buffer
+    buf: Buffer | AsyncBuffer
     _saved: set[str] | None = field(default=None, init=False, repr=False)
 
     async def for_run(self, ctx: Any) -> Persist:
@@ -132,11 +133,10 @@ class Persist(AbstractCapability[Any]):
 
     async def _save(self, messages: Sequence[ModelMessage]) -> None:
         if self._saved is None:
-            stored = await asyncio.to_thread(_read, self.buf)
-            self._saved = set(_keys(_to_model_messages(stored)))
+            self._saved = set(_keys(_to_model_messages(await _aread(self.buf))))
         fresh = _unsaved_after(self._saved, messages)
         if fresh:
-            await asyncio.to_thread(_append, self.buf, fresh)
+            await _aappend(self.buf, fresh)
 
 
 # ------------------------------------------------------------ the storage calls
@@ -148,6 +148,18 @@ def _read(buf: Buffer) -> list[Message]:
 
 def _append(buf: Buffer, messages: list[dict[str, Any]]) -> AppendResult:
     return buf.append(messages)
+
+
+async def _aread(buf: Buffer | AsyncBuffer) -> list[Message]:
+    if isinstance(buf, AsyncBuffer):
+        return await buf.messages()
+    return await asyncio.to_thread(_read, buf)
+
+
+async def _aappend(buf: Buffer | AsyncBuffer, messages: list[dict[str, Any]]) -> AppendResult:
+    if isinstance(buf, AsyncBuffer):
+        return await buf.append(messages)
+    return await asyncio.to_thread(_append, buf, messages)
 
 
 # ------------------------------------------------------------------- saving
