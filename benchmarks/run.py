@@ -260,10 +260,15 @@ def run_sizes(
 
 def run_import(
     systems: list[System], args: argparse.Namespace, workdir: Path, rng: random.Random
-) -> list[Cell]:
-    """Import ``--import-size`` messages in one call into a new file, per round."""
+) -> tuple[list[Cell], dict[str, float]]:
+    """Import ``--import-size`` messages in one call into a new file, per round.
+
+    Also returns each system's file size per message after its import (the store
+    closed, so its WAL is checkpointed into the file).
+    """
     messages = history(args.import_size)
     print(f"\n== import of {args.import_size:,} messages in one batch", flush=True)
+    footprint: dict[str, float] = {}
 
     def importer(system: System) -> Callable[[], int]:
         counter = itertools.count()
@@ -271,7 +276,9 @@ def run_import(
         def op() -> int:
             path = workdir / f"import-{system.key}-{next(counter)}.db"
             try:
-                return system.import_batch(path, messages)
+                elapsed = system.import_batch(path, messages)
+                footprint[system.key] = path.stat().st_size / len(messages)
+                return elapsed
             finally:
                 remove_database(path)
 
@@ -280,7 +287,9 @@ def run_import(
     ops = {system.key: (system, importer(system)) for system in systems}
     cells = run_cell(IMPORT, args.import_size, ops, args, rng, args.import_rounds)
     _show(cells)
-    return cells
+    for key, size in sorted(footprint.items()):
+        print(f"  {key:<40} {size:.0f} bytes per message on disk", flush=True)
+    return cells, footprint
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,8 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="flowdrop-bench-", dir=args.workdir) as tmp:
         workdir = Path(tmp)
         cells, prefill, pragmas = run_sizes(systems, args, workdir, rng)
+        footprint: dict[str, float] = {}
         if IMPORT in args.workloads:
-            cells.extend(run_import(systems, args, workdir, rng))
+            imported, footprint = run_import(systems, args, workdir, rng)
+            cells.extend(imported)
     elapsed = time.monotonic() - started
     text = report.render(
         cells=cells,
@@ -313,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         command=command,
         elapsed=elapsed,
         machine_lines=machine_lines,
+        footprint=footprint,
     )
     print("\n" + text)
     if args.out:

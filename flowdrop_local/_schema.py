@@ -244,20 +244,31 @@ MasterRow = tuple[str, str, str, str | None]
 _MASTER = "SELECT type, name, tbl_name, sql FROM sqlite_master"
 
 
-def _header(conn: sqlite3.Connection, where: str) -> tuple[int, int, list[MasterRow]]:
-    """(application_id, user_version, the schema objects), reading only."""
+# The file's application_id, user_version and journal mode beside each schema object,
+# in one statement (a cold open pays per statement); one row with NULLs when empty.
+_HEADER = (
+    "SELECT h.a, h.v, h.j, m.type, m.name, m.tbl_name, m.sql FROM (SELECT "
+    "(SELECT application_id FROM pragma_application_id()) AS a, "
+    "(SELECT user_version FROM pragma_user_version()) AS v, "
+    "(SELECT journal_mode FROM pragma_journal_mode()) AS j) AS h "
+    "LEFT JOIN sqlite_master AS m"
+)
+
+
+def _header(conn: sqlite3.Connection, where: str) -> tuple[int, int, str, list[MasterRow]]:
+    """(application_id, user_version, journal_mode, the schema objects), reading only."""
     try:
-        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        objects = conn.execute(_MASTER).fetchall()
+        rows = conn.execute(_HEADER).fetchall()
     except sqlite3.DatabaseError as error:
         raise NotADatabase(
             f"{where} is not an SQLite database, or a corrupt one: {error}"
         ) from None
-    return application_id, version, objects
+    application_id, version, journal_mode = rows[0][:3]
+    objects = [row[3:] for row in rows if row[3] is not None]
+    return application_id, version, str(journal_mode), objects
 
 
-def prepare(conn: sqlite3.Connection, where: str, *, create: bool = True) -> None:
+def prepare(conn: sqlite3.Connection, where: str, *, create: bool = True) -> str:
     """Check what the file is; create or upgrade its schema when it needs it.
 
     Nothing is written unless the file is a fresh (empty) database (and ``create``
@@ -265,18 +276,20 @@ def prepare(conn: sqlite3.Connection, where: str, *, create: bool = True) -> Non
     transaction. The schema objects are verified before any statement that could
     fire a trigger; an upgrade is verified before it commits.
 
+    Returns the file's journal mode as it was found.
+
     Raises:
         NotADatabase, NotAFlowdropDatabase, SchemaTooNew
     """
-    application_id, version, objects = _header(conn, where)
+    application_id, version, journal_mode, objects = _header(conn, where)
     if application_id == APPLICATION_ID and version == SCHEMA_VERSION:
         verify_schema(objects, where)
-        return
+        return journal_mode
     _check_recognised(application_id, version, len(objects), where, create)
     conn.execute("BEGIN IMMEDIATE")
     try:
         # Another process may have created or upgraded the file meanwhile.
-        application_id, version, objects = _header(conn, where)
+        application_id, version, journal_mode, objects = _header(conn, where)
         _check_recognised(application_id, version, len(objects), where, create)
         if not objects:
             for statement in statements(schema_sql()):
@@ -294,6 +307,7 @@ def prepare(conn: sqlite3.Connection, where: str, *, create: bool = True) -> Non
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+    return journal_mode
 
 
 def _check_recognised(

@@ -494,8 +494,8 @@ class SqliteBackend(Backend):
                 _files.remove_database(path)
             raise
         try:
-            prepare(conn, path, create=create)
-            self._configure(conn)
+            journal_mode = prepare(conn, path, create=create)
+            self._configure(conn, journal_mode)
         except BaseException as error:
             conn.close()
             if self.created:  # a failed open leaves no file behind that it made
@@ -543,10 +543,11 @@ class SqliteBackend(Backend):
         except sqlite3.Error as error:  # a folder, say
             raise NotADatabase(f"cannot open {self.path}: {error}") from None
 
-    def _configure(self, conn: sqlite3.Connection) -> None:
+    def _configure(self, conn: sqlite3.Connection, journal_mode: str) -> None:
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[self.durability]}")
-        if self.path != ":memory:" and not self.read_only:
+        # WAL is kept in the file: a file found in WAL mode needs no statement for it.
+        if self.path != ":memory:" and not self.read_only and journal_mode != "wal":
             try:
                 conn.execute("PRAGMA journal_mode = WAL")
             except sqlite3.OperationalError as error:
