@@ -53,6 +53,41 @@ def test_processes_appending_to_one_buffer_lose_nothing(tmp_path: Path) -> None:
         assert_every_call_healed_once(store.buffer("session", "shared", "chat").read(), tags, steps)
 
 
+@pytest.mark.timeout(300)
+def test_counts_reported_by_four_processes_are_exact(tmp_path: Path) -> None:
+    """MEM-14 under contention: 4 processes x 500 appends to one buffer, started together,
+    report the counts 1 to 2,000, each once (the count is the last row's tally: each
+    append reads it fresh when another process committed, never a stale cached one)."""
+    db = tmp_path / "shared.db"
+    Store(db).close()
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.workers.counter", str(db), f"p{i}", "500"],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(4)
+    ]
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+    (tmp_path / "shared.db.go").touch()
+    outputs = [child.communicate(timeout=240)[0] for child in children]
+    assert [child.returncode for child in children] == [0, 0, 0, 0]
+    counts = sorted(int(line) for output in outputs for line in output.split())
+    assert counts == list(range(1, 2001))
+    interleaved = 0
+    for output in outputs:  # each process saw its own counts grow, others' in between
+        mine = [int(line) for line in output.split()]
+        assert mine == sorted(mine)
+        interleaved += sum(b - a > 1 for a, b in zip(mine, mine[1:], strict=False))
+    assert interleaved > 0, "the writers did not run at the same time"
+    with Store(db) as store:
+        assert len(store.buffer("session", "shared", "chat")) == 2000
+        assert store.check() == []
+
+
 @pytest.mark.parametrize("path", [":memory:", "file"])
 def test_threads_sharing_one_store_lose_nothing(tmp_path: Path, path: str) -> None:
     """8 threads on one Store (":memory:" included: one database for all) heal each call once."""
