@@ -705,3 +705,40 @@ def test_v2_buffer_in_an_identity_scope_without_identity_is_refused_typed(
     with pytest.raises(NotADatabase, match=r"from schema version 2: .*trim\(scope_id\)"):
         Store(path)
     assert path.read_bytes() == before
+
+
+PG_SPY = """
+CREATE FUNCTION spy() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+CREATE TRIGGER spy AFTER INSERT ON messages FOR EACH ROW EXECUTE FUNCTION spy();
+"""
+
+
+async def _open_async(url: str) -> None:
+    async with AsyncStore(url):
+        pass
+
+
+PG_OPENS: dict[str, Callable[[str], None]] = {
+    "Store": lambda url: Store(url).close(),
+    "AsyncStore": lambda url: asyncio.run(_open_async(url)),
+}
+
+
+@pytest.mark.parametrize("opener", list(PG_OPENS))
+def test_postgresql_v2_database_with_a_foreign_trigger_is_refused_not_upgraded(
+    postgresql_url: str, opener: str
+) -> None:
+    """As on SQLite, the upgrade is verified before it commits: NotAFlowdropDatabase
+    naming the trigger, and the database stays version 2."""
+    import psycopg
+
+    with psycopg.connect(postgresql_url, autocommit=True) as conn:
+        conn.execute((FIXTURES / "postgresql_v2.sql").read_bytes())
+        conn.execute(PG_SPY)
+    with pytest.raises(NotAFlowdropDatabase, match="spy"):
+        PG_OPENS[opener](postgresql_url)
+    with psycopg.connect(postgresql_url, autocommit=True) as conn:
+        version = conn.execute(
+            "SELECT value FROM flowdrop_meta WHERE name = 'schema_version'"
+        ).fetchone()
+    assert version == ("2",)
