@@ -24,6 +24,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from ._ids import id_blob
 from .errors import NotADatabase, NotAFlowdropDatabase, SchemaTooNew
 from .rules.pairing import declared_call_ids
 
@@ -115,11 +116,18 @@ _ID_NAMESPACE = uuid.UUID("5f1d0c2e-8a4b-4c3e-9f60-7d2a1b3c4e5f")
 
 def _stored_id(text: str) -> bytes:
     """A version-2 id as version 3 stores it: its 16 bytes; a text that is not a UUID
-    (version 2 checked only its length) maps to a name-based UUID of itself."""
-    try:
-        return uuid.UUID(text).bytes
-    except (ValueError, TypeError, AttributeError):
-        return uuid.uuid5(_ID_NAMESPACE, str(text)).bytes
+    (version 2 checked only its length) maps to a name-based UUID of itself.
+
+    "A UUID" is what the API takes as one (``id_blob``: 8-4-4-4-12 hex digits, any
+    case), so an old id still finds its message, and the count the upgrade warns
+    about is the count mapped by name.
+    """
+    stored = id_blob(text)
+    return uuid.uuid5(_ID_NAMESPACE, str(text)).bytes if stored is None else stored
+
+
+# A message id as the API takes it, lower-cased: 8-4-4-4-12 hex digits.
+_UUID_GLOB = "-".join("[0-9a-f]" * n for n in (8, 4, 4, 4, 12))
 
 
 def _upgrade_2_to_3(conn: sqlite3.Connection) -> None:
@@ -142,19 +150,29 @@ def _upgrade_2_to_3(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE messages RENAME TO messages_v2")
     conn.execute("ALTER TABLE buffers RENAME TO buffers_v2")
     create_missing_objects(conn)
-    odd = conn.execute(
-        "SELECT count(*) FROM messages_v2 WHERE lower(id) NOT GLOB "
-        "'[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]-"
-        "[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-"
-        "[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-"
-        "[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]"
-        "[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]'"
-    ).fetchone()[0]
-    if odd:
+    odd, cased = conn.execute(
+        "SELECT total(lower(id) NOT GLOB ?1), total(id <> lower(id) AND lower(id) GLOB ?1) "
+        "FROM messages_v2",
+        (_UUID_GLOB,),
+    ).fetchone()
+    # Version 2 kept ids differing only in letter case apart; the 16 bytes do not. The
+    # lower-case spelling keeps the UUID, any other spelling of it is mapped by name.
+    respelled = set()
+    if cased:
+        respelled = {
+            text
+            for (text,) in conn.execute(
+                "SELECT id FROM messages_v2 WHERE id <> lower(id) AND lower(id) IN "
+                "(SELECT lower(id) FROM messages_v2 WHERE lower(id) GLOB ? "
+                "GROUP BY lower(id) HAVING count(*) > 1)",
+                (_UUID_GLOB,),
+            )
+        }
+    if odd or respelled:
         log.warning(
             "flowdrop_local: %d message id(s) were not UUIDs; version 3 stores each as "
             "the name-based UUID (uuid5) of its old text",
-            odd,
+            int(odd) + len(respelled),
         )
     conn.execute(
         "INSERT INTO buffers (id, scope, scope_id, key, created_at, updated_at) "
@@ -162,7 +180,13 @@ def _upgrade_2_to_3(conn: sqlite3.Connection) -> None:
         "coalesce((SELECT max(created_at) FROM messages_v2 WHERE buffer_id = b.id), b.created_at) "
         "FROM buffers_v2 AS b"
     )
-    conn.create_function("flowdrop_stored_id", 1, _stored_id, deterministic=True)
+    stored_id = _stored_id
+    if respelled:
+
+        def stored_id(text: str) -> bytes:
+            return uuid.uuid5(_ID_NAMESPACE, text).bytes if text in respelled else _stored_id(text)
+
+    conn.create_function("flowdrop_stored_id", 1, stored_id, deterministic=True)
     conn.execute(
         "INSERT INTO messages (buffer_id, position, id, role, content, content_parts, "
         "metadata, created_at, tally) "
@@ -185,16 +209,23 @@ def _refuse_foreign_objects(conn: sqlite3.Connection, tables: tuple[str, ...], s
         ours = {name for (name,) in made.execute("SELECT name FROM sqlite_master")}
     finally:
         made.close()
-    marks = ", ".join("?" * len(tables))
-    for type_, name, table in conn.execute(
-        f"SELECT type, name, tbl_name FROM sqlite_master WHERE tbl_name IN ({marks}) "
-        "AND type IN ('index', 'trigger')",
-        tables,
-    ):
-        if name not in ours:
+    # Also a view, a trigger on another table, or a foreign key naming one of them:
+    # renaming the table aside would point it at the old copy, which is then dropped.
+    for type_, name, table, sql in conn.execute(_MASTER):
+        if name in ours:
+            continue
+        named = {table.lower()} if type_ in ("index", "trigger") else set()
+        if sql is not None:
+            tokens = sql_tokens(sql)
+            if type_ in ("trigger", "view") or (len(tokens) > 1 and tokens[1].lower() == "virtual"):
+                named |= _mentioned_names(sql)
+            elif type_ == "table":
+                named |= _referenced_tables(sql)
+        hits = sorted(named & set(tables))
+        if hits:
             raise NotAFlowdropDatabase(
                 f"the file has a schema flowdrop_local did not make: {type_} {name} is not "
-                f"flowdrop_local's and names its table {table}"
+                f"flowdrop_local's and names its table {hits[0]}"
             )
 
 
@@ -279,7 +310,8 @@ def prepare(conn: sqlite3.Connection, where: str, *, create: bool = True) -> str
     Returns the file's journal mode as it was found.
 
     Raises:
-        NotADatabase, NotAFlowdropDatabase, SchemaTooNew
+        NotADatabase: also when a row breaks a rule of the version an upgrade goes to.
+        NotAFlowdropDatabase, SchemaTooNew
     """
     application_id, version, journal_mode, objects = _header(conn, where)
     if application_id == APPLICATION_ID and version == SCHEMA_VERSION:
@@ -298,7 +330,15 @@ def prepare(conn: sqlite3.Connection, where: str, *, create: bool = True) -> str
             # A step's statements touch only objects it recreates (MIGRATIONS), so
             # an object someone added is refused here, before the upgrade commits.
             while version < SCHEMA_VERSION:
-                MIGRATIONS[version](conn)
+                try:
+                    MIGRATIONS[version](conn)
+                except sqlite3.IntegrityError as error:
+                    # A row an older version let in (a version-1 buffer in the shared
+                    # bucket of an identity scope, say) breaks a rule of the newer one.
+                    raise NotADatabase(
+                        f"cannot upgrade {where} from schema version {version}: a row breaks "
+                        f"a rule of version {version + 1} ({error}); the file is unchanged"
+                    ) from None
                 version += 1
                 conn.execute(f"PRAGMA user_version = {version:d}")
             verify_schema(conn.execute(_MASTER).fetchall(), where)

@@ -580,7 +580,8 @@ class PostgresBackend(Backend):
                 conn.execute(CREATE_LOCK_SQL)
                 for script in schema_scripts(_schema_version(conn, self.where), create, self.where):
                     conn.execute(script)
-            self._verify(conn)
+                # Before COMMIT: a refused upgrade leaves the database as it was.
+                self._verify(conn)
 
     def _verify(self, conn: psycopg.Connection[Any]) -> None:
         """Refuse a database whose triggers or indexes on our tables are not ours."""

@@ -259,19 +259,25 @@ class AsyncPostgresBackend:
             await conn.set_autocommit(True)  # a pool handed in by the application may differ
             version = await self._version(conn)
             if version == SCHEMA_VERSION:
-                problems = await self._schema_violations(_AsyncPgTx(self, conn, None))
-                if problems:
-                    shown = "; ".join(v.detail for v in problems[:3])
-                    more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
-                    raise NotAFlowdropDatabase(
-                        f"{self.where} has a schema flowdrop_local did not make: {shown}{more}"
-                    )
+                await self._verify(conn)
                 return
             async with conn.transaction():
                 await conn.execute(CREATE_LOCK_SQL)
                 version = await self._version(conn)
                 for script in schema_scripts(version, create, self.where):
                     await conn.execute(script)
+                # Before COMMIT: a refused upgrade leaves the database as it was.
+                await self._verify(conn)
+
+    async def _verify(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Refuse a database whose triggers or indexes on our tables are not ours."""
+        problems = await self._schema_violations(_AsyncPgTx(self, conn, None))
+        if problems:
+            shown = "; ".join(v.detail for v in problems[:3])
+            more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+            raise NotAFlowdropDatabase(
+                f"{self.where} has a schema flowdrop_local did not make: {shown}{more}"
+            )
 
     async def _version(self, conn: psycopg.AsyncConnection[Any]) -> int | None:
         tables = {row[0] for row in await (await conn.execute(TABLES_SQL)).fetchall()}
