@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sqlite3
@@ -81,7 +82,7 @@ def test_counts_reported_by_four_processes_are_exact(tmp_path: Path) -> None:
     for output in outputs:  # each process saw its own counts grow, others' in between
         mine = [int(line) for line in output.split()]
         assert mine == sorted(mine)
-        interleaved += sum(b - a > 1 for a, b in zip(mine, mine[1:], strict=False))
+        interleaved += sum(b - a > 1 for a, b in itertools.pairwise(mine))
     assert interleaved > 0, "the writers did not run at the same time"
     with Store(db) as store:
         assert len(store.buffer("session", "shared", "chat")) == 2000
