@@ -50,7 +50,7 @@ from .store import Store
 
 Address = tuple[str, str, str]
 
-__all__ = ["ReplicaConflict", "SyncReport", "conflicts", "new_replica", "replica_id", "sync"]
+__all__ = ["SyncReport", "conflicts", "enable", "new_replica", "replica_id", "sync"]
 
 
 @attrs.frozen
@@ -198,6 +198,21 @@ def new_replica(store: Store) -> str:
         _ensure_tables(tx)
         tx.run("sync_replica_drop")
         return _ensure_tables(tx)
+
+
+def enable(store: Store) -> str:
+    """Start tracking deletions now: record what every buffer holds (a sync does this
+    too). A message deleted before a store's first sync or ``enable`` is not known
+    as deleted; so enable a store before copying it (``backup``) for another device.
+    Returns the replica id."""
+    with store.backend.write() as tx:
+        replica = _ensure_tables(tx)
+        everything = _Scopes(["all"])
+        known = {(r[0], r[1], r[2]) for r in tx.all("sync_state_all")}
+        for address, buffer in _scan(tx, everything).items():
+            if address not in known:
+                tx.run("sync_state_put", (*address, buffer.digest, " ".join(buffer.ids)))
+        return replica
 
 
 def conflicts(store: Store) -> list[dict[str, Any]]:
