@@ -363,7 +363,12 @@ def copy(source: str, target: str, replace: bool, quiet: bool) -> None:
     help="First give that store a new replica id (the fix for a file copied by hand).",
 )
 def sync_(
-    a: str, b: str, scopes: tuple[str, ...], dry_run: bool, json_output: bool, new_replica: str | None
+    a: str,
+    b: str,
+    scopes: tuple[str, ...],
+    dry_run: bool,
+    json_output: bool,
+    new_replica: str | None,
 ) -> None:
     """Merge stores A and B both ways (each a SQLite path or a postgresql:// URL).
 

@@ -41,7 +41,7 @@ import attrs
 
 from ._sync_sql import SYNC_TABLES
 from .access import IDENTITY_SCOPES, SCOPES
-from .backends.base import Backend, Tx
+from .backends.base import Tx
 from .engine import drive, heal, remove_message
 from .errors import InvalidArgument, ReplicaConflict, shown
 from .rules.merge import Entry, Merged, merge
@@ -150,11 +150,11 @@ def _parse_scope(item: object) -> tuple[str, str | None]:
     ):
         parsed = (item[0], item[1])
     else:
-        raise InvalidArgument(f"a sync scope is 'SCOPE', 'SCOPE:ID' or (scope, id), not {shown(item)}")
-    if parsed[0] != "all" and parsed[0] not in SCOPES:
         raise InvalidArgument(
-            f"unknown scope {parsed[0]!r} (one of {', '.join(SCOPES)}, or 'all')"
+            f"a sync scope is 'SCOPE', 'SCOPE:ID' or (scope, id), not {shown(item)}"
         )
+    if parsed[0] != "all" and parsed[0] not in SCOPES:
+        raise InvalidArgument(f"unknown scope {parsed[0]!r} (one of {', '.join(SCOPES)}, or 'all')")
     if parsed[0] == "all" and parsed[1] is not None:
         raise InvalidArgument("'all' takes no id")
     if parsed[1] is not None and parsed[1].strip() in ("", "0") and parsed[0] in IDENTITY_SCOPES:
@@ -222,8 +222,11 @@ def conflicts(store: Store) -> list[dict[str, Any]]:
             return []
         names = ("dropped_id", "rule", "scope", "scope_id", "key", "call_id", "kept_id")
         return [
-            {**dict(zip(names, row[:7], strict=True)), "message": json.loads(row[7]),
-             "recorded_at": row[8]}
+            {
+                **dict(zip(names, row[:7], strict=True)),
+                "message": json.loads(row[7]),
+                "recorded_at": row[8],
+            }
             for row in tx.all("sync_conflicts")
         ]
 
@@ -406,8 +409,8 @@ def _run(a: _Side, b: _Side, order: list[_Side], scopes: _Scopes, report: _Repor
             address = (scope, scope_id, key)
             if address in scopes:
                 side.states[address] = (digest, ids.split() if ids else [])
-        for address, buffer in side.scanned.items():
-            for id_ in buffer.ids:
+        for address, scanned in side.scanned.items():
+            for id_ in scanned.ids:
                 side.home[id_] = address
     # 1. What each side deleted since its last sync becomes its tombstones.
     for side in sides:
@@ -512,7 +515,10 @@ def _merge_buffer(
             side.tx.many("sync_conflict_put", rows)
     report.add("replaced", merged.replaced)
     # The first side: the merged rows, then healing (the engine's), as an append would.
-    target = [(p.entry, p.position, sides[p.source[0]] if p.source != "ab" else first) for p in merged.placed]
+    target = [
+        (p.entry, p.position, sides[p.source[0]] if p.source != "ab" else first)
+        for p in merged.placed
+    ]
     _write(first, buffer_ids[first.label], before[first.label], target, report)
     healed: list[str] = []
     count = len(target)
@@ -521,7 +527,13 @@ def _merge_buffer(
     _settle(first, buffer_ids[first.label], count + len(healed))
     final = first.entries(buffer_ids[first.label])
     # The second side: a copy of the first.
-    _write(second, buffer_ids[second.label], before[second.label], [(e, e.position, first) for e in final], report)
+    _write(
+        second,
+        buffer_ids[second.label],
+        before[second.label],
+        [(e, e.position, first) for e in final],
+        report,
+    )
     _settle(second, buffer_ids[second.label], len(final))
     # Every message that was on a side and is not now is a tombstone on both.
     kept = {e.id for e in final}
@@ -563,7 +575,8 @@ def _write(
     updates = [
         (e, source)
         for e, position, source in target
-        if e.id in have and have[e.id].position == position
+        if e.id in have
+        and have[e.id].position == position
         and have[e.id].fingerprint != e.fingerprint
     ]
     wanted = {e.id: position for e, position, _ in target}

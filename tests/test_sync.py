@@ -7,6 +7,7 @@ history and checks convergence; SQLite with PostgreSQL; a sync killed with SIGKI
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -31,8 +32,15 @@ K = ("global", "", "chat")
 
 
 def call(call_id: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": "", "metadata": {"tool_calls": [
-        {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}]}}
+    return {
+        "role": "assistant",
+        "content": "",
+        "metadata": {
+            "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ]
+        },
+    }
 
 
 def result(call_id: str, text: str) -> dict[str, Any]:
@@ -61,9 +69,7 @@ def rows(store: Store) -> dict[tuple[str, str, str], list[tuple[Any, ...]]]:
 def shape(store: Store) -> dict[tuple[str, str, str], list[tuple[Any, ...]]]:
     """rows() without the ids of healed placeholders (each sync makes its own)."""
     return {
-        address: [
-            (None if m[4].get("healed") else m[0], *m[1:]) for m in messages
-        ]
+        address: [(None if m[4].get("healed") else m[0], *m[1:]) for m in messages]
         for address, messages in rows(store).items()
     }
 
@@ -90,8 +96,13 @@ SCENARIOS = [
         ASKED,
         [user("from a")],
         [result("c1", "real"), said("b says")],
-        [("user", "q"), ("assistant", ""), ("tool", "real"), ("user", "from a"),
-         ("assistant", "b says")],
+        [
+            ("user", "q"),
+            ("assistant", ""),
+            ("tool", "real"),
+            ("user", "from a"),
+            ("assistant", "b says"),
+        ],
         {"replaced": 1, "healed": 0},
         id="MEM-10: b's real result replaces a's placeholder in place",
     ),
@@ -123,8 +134,13 @@ SCENARIOS = [
         (user("q"),),
         [user("same"), said("a1")],
         [user("same"), said("b1")],
-        [("user", "q"), ("user", "same"), ("assistant", "a1"), ("user", "same"),
-         ("assistant", "b1")],
+        [
+            ("user", "q"),
+            ("user", "same"),
+            ("assistant", "a1"),
+            ("user", "same"),
+            ("assistant", "b1"),
+        ],
         {"sent_a_to_b": 2, "sent_b_to_a": 2},
         id="blocks stay contiguous; equal user texts are two messages",
     ),
@@ -181,8 +197,10 @@ def test_a_conflict_keeps_the_dropped_message_on_both_sides(tmp_path: Path) -> N
     [
         (lambda s: s.buffer(*K).pop(), [("user", "q"), ("assistant", "one")]),
         (lambda s: s.buffer(*K).clear(), []),
-        (lambda s: s.buffer(*K, window=2).append(said("three")), [("assistant", "two"),
-                                                                   ("assistant", "three")]),
+        (
+            lambda s: s.buffer(*K, window=2).append(said("three")),
+            [("assistant", "two"), ("assistant", "three")],
+        ),
     ],
     ids=["pop", "clear", "window eviction"],
 )
@@ -258,8 +276,12 @@ def test_identity_scopes_move_only_when_named(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("scopes", "problem"),
-    [(["planet"], "unknown scope"), (["user:0"], "names no identity"), ([42], "SCOPE:ID"),
-     (["all:x"], "takes no id")],
+    [
+        (["planet"], "unknown scope"),
+        (["user:0"], "names no identity"),
+        ([42], "SCOPE:ID"),
+        (["all:x"], "takes no id"),
+    ],
 )
 def test_bad_scopes_are_refused(tmp_path: Path, scopes: list[Any], problem: str) -> None:
     a, b = pair(tmp_path)
@@ -357,9 +379,12 @@ def test_two_copies_converge(
     lost = [id_ for id_ in before - deleted - after - dropped if role_of[id_] != "tool"]
     assert not lost
     for messages in rows(a).values():
-        sides = [("a" if m[0] in new_a else "b") for m in messages
-                 if m[0] in new_a | new_b and m[2] != "tool"]
-        switches = sum(1 for x, y in zip(sides, sides[1:]) if x != y)
+        sides = [
+            ("a" if m[0] in new_a else "b")
+            for m in messages
+            if m[0] in new_a | new_b and m[2] != "tool"
+        ]
+        switches = sum(1 for x, y in itertools.pairwise(sides) if x != y)
         assert switches <= 1, f"blocks interleaved: {sides}"
     assert sync(a, b).moved == 0
     a2, b2 = Store(str(folder / "a2.db")), Store(str(folder / "b2.db"))
@@ -374,8 +399,9 @@ def test_two_copies_converge(
 @given(
     common=program,
     programs=st.lists(program, min_size=3, max_size=3),
-    pairs=st.lists(st.sampled_from([(0, 1), (1, 2), (0, 2), (1, 0), (2, 1), (2, 0)]),
-                   min_size=1, max_size=4),
+    pairs=st.lists(
+        st.sampled_from([(0, 1), (1, 2), (0, 2), (1, 0), (2, 1), (2, 0)]), min_size=1, max_size=4
+    ),
 )
 def test_three_replicas_converge(
     tmp_path_factory: pytest.TempPathFactory, common: Any, programs: Any, pairs: Any
@@ -424,8 +450,7 @@ def test_sqlite_with_postgresql(tmp_path: Path, postgresql_url: str) -> None:
         report = sync(b, a)
         assert report.replaced == 1
         converged(a, b)
-        assert texts(a)[2:] == [("tool", "real"), ("user", "from sqlite"),
-                                ("assistant", "from pg")]
+        assert texts(a)[2:] == [("tool", "real"), ("user", "from sqlite"), ("assistant", "from pg")]
         b.buffer(*K).pop()
         sync(a, b)
         converged(a, b)
@@ -462,10 +487,12 @@ def test_a_sync_killed_at_random_points_leaves_both_sound(tmp_path: Path) -> Non
         with Store(str(b_path)) as b:
             for n in range(30):
                 b.buffer("global", "", f"b{n}").append(
-                    [result(f"c{n}", "r")] + [said("b") for _ in range(20)])
+                    [result(f"c{n}", "r")] + [said("b") for _ in range(20)]
+                )
         child = subprocess.Popen(
             [sys.executable, "-c", CHILD, str(a_path), str(b_path)],
-            stdout=subprocess.PIPE, env={**os.environ},
+            stdout=subprocess.PIPE,
+            env={**os.environ},
         )
         assert child.stdout is not None
         assert child.stdout.readline().strip() == b"ready"
@@ -492,15 +519,18 @@ def test_cli_sync_json_and_dry_run(tmp_path: Path) -> None:
     a.close()
     b.close()
     runner = CliRunner()
-    dry = runner.invoke(cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db"),
-                               "--dry-run", "--json"])
+    dry = runner.invoke(
+        cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "--dry-run", "--json"]
+    )
     assert dry.exit_code == 0, dry.output
     assert json.loads(dry.output)["sent_a_to_b"] == 1
-    done = runner.invoke(cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db"),
-                                "--scope", "global", "--json"])
+    done = runner.invoke(
+        cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "--scope", "global", "--json"]
+    )
     assert json.loads(done.output)["sent_a_to_b"] == 1
     again = runner.invoke(cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db")])
     assert again.exit_code == 0 and "in sync" in again.output
-    bad = runner.invoke(cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db"),
-                               "--scope", "planet"])
+    bad = runner.invoke(
+        cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "--scope", "planet"]
+    )
     assert bad.exit_code == 2 and "unknown scope" in bad.output

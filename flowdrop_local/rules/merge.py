@@ -42,6 +42,7 @@ makes; the single definition of a declared call's id is
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -171,8 +172,8 @@ def merge(a: Sequence[Entry], b: Sequence[Entry]) -> Merged:
             first = declared[item.declared[0]]
             conflicts.append(Conflict("MEM-2", item.entry, item.source, first, item.declared[0]))
             continue
-        for call_id in item.declared:
-            declared.setdefault(call_id, item.entry.id)
+        for declared_id in item.declared:
+            declared.setdefault(declared_id, item.entry.id)
         call_id = item.call_id
         if call_id is not None and call_id in result_at:
             at = result_at[call_id]
@@ -182,11 +183,14 @@ def merge(a: Sequence[Entry], b: Sequence[Entry]) -> Merged:
                 item.unit = standing.unit
                 kept_items[at] = item
                 replaced += 1
-            elif not standing.healed and not item.healed:
-                if item.entry.fingerprint != standing.entry.fingerprint:  # MEM-1
-                    conflicts.append(
-                        Conflict("MEM-1", item.entry, item.source, standing.entry.id, call_id)
-                    )
+            elif (
+                not standing.healed
+                and not item.healed
+                and item.entry.fingerprint != standing.entry.fingerprint
+            ):  # MEM-1: a second, different real result
+                conflicts.append(
+                    Conflict("MEM-1", item.entry, item.source, standing.entry.id, call_id)
+                )
             continue
         if call_id is not None:
             result_at[call_id] = len(kept_items)
@@ -249,13 +253,15 @@ def _positions(items: list[_Item]) -> tuple[list[Placed], int]:
                 upper = later[0].position
                 break
         fits = (
-            all(x < y for x, y in zip(keys, keys[1:], strict=False))
+            all(x < y for x, y in itertools.pairwise(keys))
             and (previous is None or keys[0] > previous)
             and (upper is None or keys[-1] < upper)
         )
         if not fits:
             keys = keys_between(previous, upper, len(unit))
-            rekeyed += sum(1 for item, key in zip(unit, keys, strict=True) if key != item.entry.position)
+            rekeyed += sum(
+                1 for item, key in zip(unit, keys, strict=True) if key != item.entry.position
+            )
         for item, key in zip(unit, keys, strict=True):
             placed.append(Placed(item.entry, key, item.source))
         previous = keys[-1]
