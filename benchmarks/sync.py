@@ -72,7 +72,9 @@ def main() -> None:
             c.import_jsonl(exported.splitlines())
         full = time.perf_counter() - started
         total = len(records(a))
-        print(f"stores: {total:,} messages each after the sync ({n:,} common + {new:,} new on each)")
+        print(
+            f"stores: {total:,} messages each after the sync ({n:,} common + {new:,} new on each)"
+        )
         print(
             f"sync:             {first * 1000:8.0f} ms  "
             f"{moved / 1024:8.0f} KiB of records moved "
