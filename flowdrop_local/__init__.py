@@ -35,6 +35,7 @@ from .errors import (
     NotADatabase,
     NotAFlowdropDatabase,
     ReadOnlyStore,
+    ReplicaConflict,
     SchemaTooNew,
     SessionStopped,
     StoreClosed,
@@ -61,6 +62,7 @@ from .rules.pairing import PLACEHOLDER_CONTENT, call_id_of
 from .rules.text import text_to_message
 from .sessions import Session, Sessions, Turn
 from .store import Store
+from .syncing import SyncReport, sync
 
 __all__ = [
     "IDENTITY_SCOPES",
@@ -97,6 +99,7 @@ __all__ = [
     "Principal",
     "ReadOnlyStore",
     "RefusedBuffer",
+    "ReplicaConflict",
     "SchemaTooNew",
     "ScopeResolution",
     "Session",
@@ -104,6 +107,7 @@ __all__ = [
     "Sessions",
     "Store",
     "StoreClosed",
+    "SyncReport",
     "ToolCall",
     "Turn",
     "UnsupportedOperation",
@@ -116,6 +120,7 @@ __all__ = [
     "keys_between",
     "normalize",
     "resolve_scope",
+    "sync",
     "text_to_message",
     "to_anthropic",
     "to_openai_chat",

@@ -344,6 +344,66 @@ def copy(source: str, target: str, replace: bool, quiet: bool) -> None:
     dump(converter.unstructure(report))
 
 
+@cli.command("sync")
+@click.argument("a")
+@click.argument("b")
+@click.option(
+    "--scope",
+    "scopes",
+    multiple=True,
+    metavar="SCOPE[:ID]",
+    help="Only these scopes (repeatable; 'all' for everything). Default: every scope "
+    "but user and session.",
+)
+@click.option("--dry-run", is_flag=True, help="Report what would move; change nothing.")
+@click.option("--json", "json_output", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--new-replica",
+    metavar="A|B",
+    help="First give that store a new replica id (the fix for a file copied by hand).",
+)
+def sync_(
+    a: str,
+    b: str,
+    scopes: tuple[str, ...],
+    dry_run: bool,
+    json_output: bool,
+    new_replica: str | None,
+) -> None:
+    """Merge stores A and B both ways (each a SQLite path or a postgresql:// URL).
+
+    Afterwards both hold the same buffers in the synced scopes: messages sent each
+    way, deletions applied, conflicts resolved (per rule), placeholders healed or
+    replaced. See README "Sync".
+    """
+    from . import syncing
+    from .errors import InvalidArgument
+
+    if new_replica is not None and new_replica not in (a, b):
+        raise BadInput("--new-replica names A or B")
+    with Store(a, create=False) as left, Store(b, create=False) as right:
+        if new_replica is not None:
+            syncing.new_replica(left if new_replica == a else right)
+        try:
+            report = syncing.sync(left, right, list(scopes) if scopes else None, dry_run=dry_run)
+        except InvalidArgument as error:
+            raise BadInput(str(error)) from None
+    if json_output:
+        dump(report.to_dict())
+        return
+    if report.moved == 0:
+        click.echo(f"in sync ({report.buffers_compared} buffers compared)")
+        return
+    shown = "would move" if dry_run else "moved"
+    click.echo(
+        f"{shown}: {report.sent_a_to_b} message(s) A->B, {report.sent_b_to_a} B->A; "
+        f"deleted {report.deleted_on_a} on A, {report.deleted_on_b} on B; "
+        f"{report.healed} healed, {report.replaced} placeholder(s) replaced, "
+        f"{report.rekeyed} re-keyed; conflicts: "
+        + (", ".join(f"{rule} {n}" for rule, n in sorted(report.conflicts.items())) or "none")
+    )
+
+
 # Python's JSON parser recurses once per nesting level and converts integers of
 # at most 4,300 digits; a line that could exceed either is parsed once here first,
 # so its failure names the line instead of escaping as a RecursionError/ValueError.

@@ -136,3 +136,8 @@ def shown(value: object, width: int = 80) -> str:
     except Exception:
         return f"<a {type(value).__name__}>"
     return text if len(text) <= width else f"{text[: width - 5]}...{text[-2:]}"
+
+
+class ReplicaConflict(FlowdropError, ValueError):
+    """Two stores carry one sync replica id but hold different histories: one is a copy
+    made outside flowdrop_local (``syncing.new_replica`` on the copy fixes it)."""

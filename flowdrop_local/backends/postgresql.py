@@ -43,6 +43,7 @@ except ImportError as missing:  # pragma: no cover - depends on the install
         "pip install 'flowdrop-local[postgresql]'"
     ) from missing
 
+from .._sync_sql import SYNC_COMMON, SYNC_TABLES
 from ..check import Violation, check_rows
 from ..engine import BufferState
 from ..errors import (
@@ -96,6 +97,9 @@ _STATE = (
 )
 
 # The named statements, in PostgreSQL's dialect (the same names as backends/sqlite.py).
+# A message's fingerprint for sync, byte for byte what content_md5 computes on SQLite.
+_CONTENT_MD5 = "md5(m.content || chr(31) || m.metadata || chr(31) || m.content_parts::text)"
+
 SQL: dict[str, str] = {
     # ----------------------------------------------------------- the append engine
     "find_buffer": "SELECT id FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s",
@@ -310,6 +314,23 @@ SQL: dict[str, str] = {
         "m.content_parts, m.metadata, m.created_at "
         f"FROM {_JOINED_AT} ORDER BY m.position"
     ),
+    # ------------------------------------------------ offline sync (syncing.py)
+    **{f"sync_create_{i}": ddl for i, ddl in enumerate(SYNC_TABLES)},
+    "sync_tables": (
+        "SELECT count(*) FROM pg_tables "
+        "WHERE schemaname = current_schema() AND tablename = 'flowdrop_sync_replica'"
+    ),
+    "sync_scan": (
+        "SELECT b.scope, b.scope_id, b.key, m.id, m.position, "
+        f"{_CONTENT_MD5} "
+        "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id ORDER BY b.id, m.position"
+    ),
+    "sync_light": (
+        f"SELECT id, position, role, metadata, {_CONTENT_MD5}, created_at "
+        "FROM messages AS m WHERE buffer_id = %s ORDER BY position"
+    ),
+    "sync_contents": "SELECT id, content, content_parts FROM messages WHERE id = ANY(%s)",
+    **{name: sql.replace("?", "%s") for name, sql in SYNC_COMMON.items()},
 }
 
 # Statements written with named parameters: the engine's positional rows map onto them.

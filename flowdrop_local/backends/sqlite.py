@@ -37,6 +37,7 @@ from typing import Any
 from .. import _files
 from .._ids import id_blob, id_text
 from .._schema import prepare
+from .._sync_sql import SYNC_COMMON, SYNC_TABLES, content_md5, forget_replica
 from ..check import Violation, check_database
 from ..engine import BufferState
 from ..errors import (
@@ -300,9 +301,31 @@ SQL: dict[str, str] = {
         "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
         "WHERE b.scope = ? AND b.scope_id = ? AND b.key = ? ORDER BY m.position"
     ),
+    # ------------------------------------------------ offline sync (syncing.py)
+    # Sync's own tables, made on first use (they name none of ours, so the schema
+    # check lets them be); see syncing.py for what each holds.
+    **{f"sync_create_{i}": ddl for i, ddl in enumerate(SYNC_TABLES)},
+    "sync_tables": (
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'flowdrop_sync_replica'"
+    ),
+    "sync_scan": (
+        "SELECT b.scope, b.scope_id, b.key, id_text(m.id), m.position, "
+        "content_md5(m.content, m.metadata, m.content_parts) "
+        "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id ORDER BY b.id, m.position"
+    ),
+    "sync_light": (
+        "SELECT id_text(id), position, role, metadata, "
+        "content_md5(content, metadata, content_parts), created_at "
+        "FROM messages WHERE buffer_id = ? ORDER BY position"
+    ),
+    "sync_contents": (
+        "SELECT id_text(id), content, content_parts FROM messages "
+        "WHERE id IN (SELECT id_blob(value) FROM json_each(?))"
+    ),
+    **SYNC_COMMON,
 }
 # Statements whose list parameter SQLite reads as a JSON array (json_each).
-_JSON_ARRAY_PARAMS = frozenset({"pairing_state", "used_ids"})
+_JSON_ARRAY_PARAMS = frozenset({"pairing_state", "used_ids", "sync_contents"})
 _EXPORT_CHUNK = 500  # rows an export fetches at a time
 
 
@@ -444,6 +467,7 @@ def register_functions(conn: sqlite3.Connection) -> None:
     """The SQL functions the statements of :data:`SQL` call (ids as text at the boundary)."""
     conn.create_function("id_blob", 1, id_blob, deterministic=True)
     conn.create_function("id_text", 1, id_text, deterministic=True)
+    conn.create_function("content_md5", 3, content_md5, deterministic=True)  # sync's digests
 
 
 class SqliteBackend(Backend):
@@ -763,6 +787,7 @@ class SqliteBackend(Backend):
             try:
                 with self._lock:
                     self.connection().backup(target)
+                forget_replica(target)  # the copy is a sync replica of its own
             finally:
                 target.close()
             # SQLite opened the path again: it must still be the file created above.

@@ -1,0 +1,102 @@
+"""The tables and statements offline sync (:mod:`flowdrop_local.syncing`) owns.
+
+Both backends take these into their ``SQL`` dicts (PostgreSQL with ``%s`` for
+``?``): the statements are plain SQL both dialects read alike. The tables are made
+on a store's first sync, not by schema.sql: a store that never syncs has none.
+They reference none of the library's tables (no foreign key, no trigger), so the
+schema check accepts them beside ours and no write path of the library ever
+touches them.
+
+* ``flowdrop_sync_replica``: one row, this store's replica id (a UUID).
+* ``flowdrop_sync_state``: per buffer address, the message ids and the digest it
+  had when the store last synced (with any peer): a message that was there then
+  and is gone now was deleted here, and becomes a tombstone at the next sync.
+* ``flowdrop_sync_tombstones``: deleted message ids, numbered by a per-store
+  sequence ``seq`` (the change sequence peers keep a high-water mark of).
+* ``flowdrop_sync_peers``: per peer replica, the highest ``seq`` of its tombstones
+  this store has received.
+* ``flowdrop_sync_conflicts``: what a merge dropped that was not a duplicate
+  (MEM-1: a second real result; MEM-2: a turn whose calls the other side declared;
+  ``edit``: one message changed two ways), with the whole message, for the user.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+SYNC_TABLES: tuple[str, ...] = (
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_replica "
+    "(id TEXT PRIMARY KEY, created_at TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_state (scope TEXT NOT NULL, "
+    "scope_id TEXT NOT NULL, key TEXT NOT NULL, digest TEXT NOT NULL, ids TEXT NOT NULL, "
+    "PRIMARY KEY (scope, scope_id, key))",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_tombstones (id TEXT PRIMARY KEY, "
+    "scope TEXT NOT NULL, scope_id TEXT NOT NULL, key TEXT NOT NULL, seq BIGINT NOT NULL, "
+    "deleted_at TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS flowdrop_sync_tombstones_seq ON flowdrop_sync_tombstones (seq)",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_peers "
+    "(peer TEXT PRIMARY KEY, received BIGINT NOT NULL, synced_at TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_conflicts (dropped_id TEXT PRIMARY KEY, "
+    "rule TEXT NOT NULL, scope TEXT NOT NULL, scope_id TEXT NOT NULL, key TEXT NOT NULL, "
+    "call_id TEXT, kept_id TEXT, message TEXT NOT NULL, recorded_at TEXT NOT NULL)",
+)
+
+SYNC_COMMON: dict[str, str] = {
+    "sync_replica": "SELECT id FROM flowdrop_sync_replica",
+    "sync_replica_put": "INSERT INTO flowdrop_sync_replica (id, created_at) VALUES (?, ?)",
+    "sync_replica_drop": "DELETE FROM flowdrop_sync_replica",
+    "sync_state_all": "SELECT scope, scope_id, key, digest, ids FROM flowdrop_sync_state",
+    "sync_state_put": (
+        "INSERT INTO flowdrop_sync_state (scope, scope_id, key, digest, ids) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (scope, scope_id, key) "
+        "DO UPDATE SET digest = excluded.digest, ids = excluded.ids"
+    ),
+    "sync_state_drop": (
+        "DELETE FROM flowdrop_sync_state WHERE scope = ? AND scope_id = ? AND key = ?"
+    ),
+    "sync_tombstone_put": (
+        "INSERT INTO flowdrop_sync_tombstones (id, scope, scope_id, key, seq, deleted_at) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
+    ),
+    "sync_tombstones_after": (
+        "SELECT id, scope, scope_id, key, seq, deleted_at FROM flowdrop_sync_tombstones "
+        "WHERE seq > ? ORDER BY seq"
+    ),
+    "sync_tombstone_ids": "SELECT id FROM flowdrop_sync_tombstones",
+    "sync_last_seq": "SELECT coalesce(max(seq), 0) FROM flowdrop_sync_tombstones",
+    "sync_peer": "SELECT received FROM flowdrop_sync_peers WHERE peer = ?",
+    "sync_peer_put": (
+        "INSERT INTO flowdrop_sync_peers (peer, received, synced_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (peer) DO UPDATE SET received = excluded.received, "
+        "synced_at = excluded.synced_at"
+    ),
+    "sync_conflict_put": (
+        "INSERT INTO flowdrop_sync_conflicts (dropped_id, rule, scope, scope_id, key, call_id, "
+        "kept_id, message, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (dropped_id) DO NOTHING"
+    ),
+    "sync_conflicts": (
+        "SELECT dropped_id, rule, scope, scope_id, key, call_id, kept_id, message, recorded_at "
+        "FROM flowdrop_sync_conflicts ORDER BY recorded_at, dropped_id"
+    ),
+}
+
+
+def content_md5(content: str, metadata: str, parts: int) -> str:
+    """A message's fingerprint: PostgreSQL's ``md5(content || chr(31) || metadata ||
+    chr(31) || content_parts::text)``, so two backends compare alike."""
+    text = f"{content}\x1f{metadata}\x1f{parts}"
+    return hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def forget_replica(conn: Any) -> None:
+    """Drop the replica id of a fresh copy (``backup``): the copy is a replica of its own,
+    and makes its id at its first sync. Its sync state and tombstones stay: they are
+    the original's, and true of the copy too."""
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'flowdrop_sync_replica'"
+    ).fetchone()
+    if found:
+        conn.execute("DELETE FROM flowdrop_sync_replica")
+        conn.commit()

@@ -1,0 +1,268 @@
+"""Merging two copies of one buffer (offline sync): pure, no I/O.
+
+Input: each side's messages in position order, as :class:`Entry` records (what a
+sync reads of a buffer: id, position, role, metadata and a fingerprint of the
+content), after deletions known to either side were applied. Output: the one
+history both sides will hold (:class:`Merged`), which does not depend on which
+side is ``a``.
+
+The order:
+
+* **Anchors** are the messages both sides hold. They keep their order (a sync
+  never moves one unless its keys left it no room, which only a damaged pair of
+  stores can cause).
+* Between two anchors (and before the first, after the last) each side may hold
+  a run of messages the other lacks. Each run stays one **contiguous block**; when
+  both sides have one, the block whose first message has the lower id comes
+  first (ids are UUIDv7, so: the block started earlier). Turns are never shuffled.
+* Positions: a block keeps its keys when they fit between its neighbours; the
+  later of two blocks written after the same message usually does not (both
+  sides computed keys after the same message), so it is **re-keyed as a unit**
+  right after the earlier block. Appends never renumber; only a sync re-keys.
+
+Then the buffer rules, read along the merged order (the same decisions an append
+makes; the single definition of a declared call's id is
+:func:`~flowdrop_local.rules.pairing.declared_call_ids`, MEM-11):
+
+* MEM-2: an assistant turn whose declared call ids are all declared by an earlier
+  turn is dropped (recorded as a conflict, so its text is not silently lost).
+* MEM-10: a real result for a call whose result so far is a healed placeholder
+  takes the placeholder's place (its slot and position) and the placeholder goes.
+* MEM-1: a second result for a call is dropped: a placeholder silently, an equal
+  result silently, a different real result as a conflict (the first in merged
+  order is kept).
+* A placeholder that no longer stands in the tool run right after the first turn
+  declaring its call (that turn was dropped or deleted) is dropped; healing
+  (MEM-3, run by the sync on the merged buffer with the engine's own ``heal``)
+  answers the call again where it belongs, if a user turn follows it.
+* One message edited differently on the two sides (same id, different content):
+  a real result beats a placeholder (MEM-10, in place); otherwise the version
+  with the lower fingerprint is kept and the other recorded as a conflict.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from ..positions import keys_between
+from .pairing import declared_call_ids
+
+
+class Entry(NamedTuple):
+    """One stored message as a sync sees it (``fingerprint``: of content and metadata)."""
+
+    id: str
+    position: str
+    role: str
+    metadata: str
+    fingerprint: str
+    created_at: str
+
+
+class Placed(NamedTuple):
+    """A message of the merged history: its entry (the kept version), its position,
+    and which side's row holds that version (``"a"``, ``"b"``, or ``"ab"`` for both)."""
+
+    entry: Entry
+    position: str
+    source: str
+
+
+class Conflict(NamedTuple):
+    """A message the merge dropped that is not a mere duplicate (kept for the user)."""
+
+    rule: str  # "MEM-1", "MEM-2" or "edit"
+    dropped: Entry
+    dropped_side: str  # which side's row holds the dropped version
+    kept_id: str | None
+    call_id: str | None
+
+
+class Merged(NamedTuple):
+    """The merged history and what it took."""
+
+    placed: list[Placed]
+    conflicts: list[Conflict]
+    replaced: int  # placeholders a real result replaced (MEM-10)
+    rekeyed: int  # messages given a new position
+
+
+def _metadata(entry: Entry) -> dict[str, Any]:
+    try:
+        value = json.loads(entry.metadata)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _call_id(entry: Entry, metadata: dict[str, Any]) -> str | None:
+    value = metadata.get("tool_call_id") if entry.role == "tool" else None
+    return value if isinstance(value, str) else None
+
+
+def _healed(entry: Entry, metadata: dict[str, Any]) -> bool:
+    return entry.role == "tool" and metadata.get("healed") is True
+
+
+class _Item:
+    """A message on its way through the merge."""
+
+    __slots__ = ("call_id", "declared", "entry", "healed", "position", "source", "unit")
+
+    def __init__(self, entry: Entry, source: str, unit: tuple[int, str], position: str) -> None:
+        metadata = _metadata(entry)
+        self.entry = entry
+        self.source = source
+        self.unit = unit  # (gap or anchor index, "anchor" / "a" / "b")
+        self.position = position  # the key it would keep
+        self.call_id = _call_id(entry, metadata)
+        self.healed = _healed(entry, metadata)
+        self.declared = declared_call_ids(metadata) if entry.role == "assistant" else []
+
+
+def merge(a: Sequence[Entry], b: Sequence[Entry]) -> Merged:
+    """The history both sides hold after a sync; symmetric in ``a`` and ``b``
+    (up to the ``source`` labels)."""
+    by_a = {e.id: e for e in a}
+    by_b = {e.id: e for e in b}
+    conflicts: list[Conflict] = []
+    replaced = 0
+
+    # Anchors: the common messages, in the order both sides agree on.
+    order_a = [e.id for e in a if e.id in by_b]
+    order_b = [e.id for e in b if e.id in by_a]
+    if order_a != order_b:  # only a damaged pair disagrees: a symmetric order instead
+        order_a = sorted(order_a, key=lambda i: (max(by_a[i].position, by_b[i].position), i))
+    anchor_index = {id_: k for k, id_ in enumerate(order_a)}
+
+    # Each side's own messages, grouped by the anchor they come before.
+    gaps: dict[int, dict[str, list[Entry]]] = {}
+    for side, entries in (("a", a), ("b", b)):
+        k = 0
+        for e in entries:
+            if e.id in anchor_index:
+                k = anchor_index[e.id] + 1
+            else:
+                gaps.setdefault(k, {}).setdefault(side, []).append(e)
+
+    items: list[_Item] = []
+    for k in range(len(order_a) + 1):
+        runs = gaps.get(k, {})
+        for side in sorted(runs, key=lambda s: runs[s][0].id):
+            items += [_Item(e, side, (k, side), e.position) for e in runs[side]]
+        if k < len(order_a):
+            id_ = order_a[k]
+            kept, source, conflict = _version(by_a[id_], by_b[id_])
+            if conflict is not None:
+                conflicts.append(conflict)
+            elif source != "ab":
+                replaced += 1  # a placeholder filled in place on one side (MEM-10)
+            position = max(by_a[id_].position, by_b[id_].position)
+            items.append(_Item(kept, source, (k, "anchor"), position))
+
+    # The rules, along the merged order.
+    kept_items: list[_Item] = []
+    declared: dict[str, str] = {}  # call id -> the first turn declaring it
+    result_at: dict[str, int] = {}  # call id -> index in kept_items of its result
+    for item in items:
+        if item.declared and all(c in declared for c in item.declared):  # MEM-2
+            first = declared[item.declared[0]]
+            conflicts.append(Conflict("MEM-2", item.entry, item.source, first, item.declared[0]))
+            continue
+        for declared_id in item.declared:
+            declared.setdefault(declared_id, item.entry.id)
+        call_id = item.call_id
+        if call_id is not None and call_id in result_at:
+            at = result_at[call_id]
+            standing = kept_items[at]
+            if standing.healed and not item.healed:  # MEM-10: in its place
+                item.position = standing.position
+                item.unit = standing.unit
+                kept_items[at] = item
+                replaced += 1
+            elif (
+                not standing.healed
+                and not item.healed
+                and item.entry.fingerprint != standing.entry.fingerprint
+            ):  # MEM-1: a second, different real result
+                conflicts.append(
+                    Conflict("MEM-1", item.entry, item.source, standing.entry.id, call_id)
+                )
+            continue
+        if call_id is not None:
+            result_at[call_id] = len(kept_items)
+        kept_items.append(item)
+
+    merged = _placeholders_in_place(kept_items)
+    placed, rekeyed = _positions(merged)
+    return Merged(placed, conflicts, replaced, rekeyed)
+
+
+def _version(x: Entry, y: Entry) -> tuple[Entry, str, Conflict | None]:
+    """The version of a message both sides hold: the same, a real result over a
+    placeholder (MEM-10), else the lower fingerprint (the other is a conflict)."""
+    if x.fingerprint == y.fingerprint:
+        return x, "ab", None
+    healed_x = _healed(x, _metadata(x))
+    healed_y = _healed(y, _metadata(y))
+    if healed_x != healed_y:
+        return (y, "b", None) if healed_x else (x, "a", None)
+    if x.fingerprint < y.fingerprint:
+        return x, "a", Conflict("edit", y, "b", x.id, None)
+    return y, "b", Conflict("edit", x, "a", y.id, None)
+
+
+def _placeholders_in_place(items: list[_Item]) -> list[_Item]:
+    """Drop placeholders that are not in the tool run right after the first turn
+    declaring their call (what ``check`` requires; healing places a new one)."""
+    first_turn: dict[str, int] = {}
+    for i, item in enumerate(items):
+        for call_id in item.declared:
+            first_turn.setdefault(call_id, i)
+    keep = []
+    for i, item in enumerate(items):
+        if item.healed:
+            turn = first_turn.get(item.call_id or "")
+            if turn is None or turn > i or any(x.entry.role != "tool" for x in items[turn + 1 : i]):
+                continue
+        keep.append(item)
+    return keep
+
+
+def _positions(items: list[_Item]) -> tuple[list[Placed], int]:
+    """Keys for the merged order: each unit (an anchor, or one side's block) keeps its
+    keys when they fit in order; otherwise the whole unit is re-keyed after the
+    previous one, below the next anchor that still fits."""
+    units: list[list[_Item]] = []
+    for item in items:
+        if units and units[-1][0].unit == item.unit and item.unit[1] != "anchor":
+            units[-1].append(item)
+        else:
+            units.append([item])
+    placed: list[Placed] = []
+    rekeyed = 0
+    previous: str | None = None
+    for u, unit in enumerate(units):
+        keys = [item.position for item in unit]
+        upper = None
+        for later in units[u + 1 :]:
+            if later[0].unit[1] == "anchor" and (previous is None or later[0].position > previous):
+                upper = later[0].position
+                break
+        fits = (
+            all(x < y for x, y in itertools.pairwise(keys))
+            and (previous is None or keys[0] > previous)
+            and (upper is None or keys[-1] < upper)
+        )
+        if not fits:
+            keys = keys_between(previous, upper, len(unit))
+            rekeyed += sum(
+                1 for item, key in zip(unit, keys, strict=True) if key != item.entry.position
+            )
+        for item, key in zip(unit, keys, strict=True):
+            placed.append(Placed(item.entry, key, item.source))
+        previous = keys[-1]
+    return placed, rekeyed

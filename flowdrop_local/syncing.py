@@ -1,0 +1,623 @@
+"""Offline sync: two stores that diverged merge into one history (``sync(a, b)``).
+
+What a sync does, in one write transaction on each side (taken in the order of
+the two replica ids, so two syncs of the same pair never deadlock; a crash
+leaves each side before or after the whole sync):
+
+1. **Deletions become tombstones.** Each side compares every buffer with what it
+   held at its last sync (``flowdrop_sync_state``): a message that was there and
+   is gone was deleted here (pop, clear, delete, window eviction, admin delete,
+   a writer behind the library: every path is covered, none needs a hook) and is
+   recorded as a tombstone with the next number of the side's change sequence.
+2. **Tombstones travel.** Each side receives the tombstones the other numbered
+   past its high-water mark for it, and deletes those messages with the engine's
+   own ``remove_message`` (which keeps the ledger and heals, MEM-3). A deleted
+   message never comes back from a peer that still holds it.
+3. **Buffers that differ merge.** A buffer whose digest (ids, positions, content
+   fingerprints) is equal on both sides is skipped; the others are read on both
+   sides (ids, positions, metadata; content only for what moves), merged by
+   :func:`flowdrop_local.rules.merge.merge` (contiguous blocks, the rules), written
+   to the first side, healed there by :func:`flowdrop_local.engine.heal`, and
+   copied from it to the second, so both hold the same rows.
+
+Cost: every sync reads the ids, positions and a fingerprint of every message of
+each store once (a scan, proportional to the stores' sizes but with a small
+constant); the bytes read of message content and the rows written are
+proportional to what changed since the last sync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from ._sync_sql import SYNC_TABLES
+from .access import IDENTITY_SCOPES, SCOPES
+from .backends.base import Tx
+from .engine import drive, heal, remove_message
+from .errors import InvalidArgument, ReplicaConflict, shown
+from .rules.merge import Entry, Merged, merge
+from .rules.pairing import declared_call_ids
+from .store import Store
+
+Address = tuple[str, str, str]
+
+__all__ = ["SyncReport", "conflicts", "enable", "new_replica", "replica_id", "sync"]
+
+
+@attrs.frozen
+class SyncReport:
+    """What one ``sync(a, b)`` moved. ``a``/``b`` name the stores as passed in.
+
+    ``sent_a_to_b``: messages ``b`` received from ``a`` (and the other way);
+    ``deleted_on_a``: messages removed from ``a`` (tombstones from ``b`` and the
+    merge's drops); ``conflicts``: per rule (``MEM-1``, ``MEM-2``, ``edit``), the
+    messages dropped and kept in ``flowdrop_sync_conflicts``; ``replaced``:
+    placeholders a real result replaced (MEM-10); ``healed``: placeholders made
+    after the merge (MEM-3); ``rekeyed``: messages given a new position.
+    """
+
+    a: str
+    b: str
+    dry_run: bool
+    buffers_compared: int = 0
+    buffers_merged: int = 0
+    sent_a_to_b: int = 0
+    sent_b_to_a: int = 0
+    deleted_on_a: int = 0
+    deleted_on_b: int = 0
+    tombstones_a_to_b: int = 0
+    tombstones_b_to_a: int = 0
+    conflicts: dict[str, int] = attrs.field(factory=dict)
+    replaced: int = 0
+    healed: int = 0
+    rekeyed: int = 0
+
+    @property
+    def moved(self) -> int:
+        """Everything that changed either store (0: the stores were in sync)."""
+        return (
+            self.sent_a_to_b
+            + self.sent_b_to_a
+            + self.deleted_on_a
+            + self.deleted_on_b
+            + self.healed
+            + self.replaced
+            + self.rekeyed
+            + sum(self.conflicts.values())
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data (``flowdrop-local sync --json``)."""
+        return {**attrs.asdict(self), "moved": self.moved}
+
+
+# ------------------------------------------------------------------- scopes
+
+
+class _Scopes:
+    """Which buffer addresses a sync covers.
+
+    Default (``None``): every scope that is not an identity scope (``global``,
+    ``workflow``, ``pipeline``, ``execution``). ``user`` and ``session`` buffers move
+    only when named: ``("user", "42")`` or ``"user:42"`` one identity, ``"user"``
+    every user's. ``"all"``: everything.
+    """
+
+    def __init__(self, scopes: Iterable[object] | None) -> None:
+        self.named = scopes is not None
+        self.whole: set[str] = set()
+        self.ids: set[tuple[str, str]] = set()
+        if scopes is None:
+            self.whole = set(SCOPES) - IDENTITY_SCOPES
+            return
+        if isinstance(scopes, str | tuple):
+            scopes = [scopes]
+        for item in scopes:
+            scope, scope_id = _parse_scope(item)
+            if scope == "all":
+                self.whole |= set(SCOPES)
+            elif scope_id is None:
+                self.whole.add(scope)
+            else:
+                self.ids.add((scope, scope_id))
+
+    @property
+    def everything(self) -> bool:
+        return self.whole >= set(SCOPES)
+
+    def __contains__(self, address: Sequence[str]) -> bool:
+        return address[0] in self.whole or (address[0], address[1]) in self.ids
+
+
+def _parse_scope(item: object) -> tuple[str, str | None]:
+    if isinstance(item, str):
+        scope, _, scope_id = item.partition(":")
+        parsed: tuple[str, str | None] = (scope, scope_id if _ else None)
+    elif (
+        isinstance(item, tuple)
+        and len(item) == 2
+        and isinstance(item[0], str)
+        and isinstance(item[1], str)
+    ):
+        parsed = (item[0], item[1])
+    else:
+        raise InvalidArgument(
+            f"a sync scope is 'SCOPE', 'SCOPE:ID' or (scope, id), not {shown(item)}"
+        )
+    if parsed[0] != "all" and parsed[0] not in SCOPES:
+        raise InvalidArgument(f"unknown scope {parsed[0]!r} (one of {', '.join(SCOPES)}, or 'all')")
+    if parsed[0] == "all" and parsed[1] is not None:
+        raise InvalidArgument("'all' takes no id")
+    if parsed[1] is not None and parsed[1].strip() in ("", "0") and parsed[0] in IDENTITY_SCOPES:
+        raise InvalidArgument(f"{parsed[0]}:{parsed[1]!r} names no identity")
+    return parsed
+
+
+# ------------------------------------------------------------------ replicas
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _ensure_tables(tx: Tx) -> str:
+    """Make sync's tables if missing; return the replica id (made on first use)."""
+    if not tx.one("sync_tables")[0]:
+        for index in range(len(SYNC_TABLES)):
+            tx.run(f"sync_create_{index}")
+    row = tx.one("sync_replica")
+    if row is not None:
+        return str(row[0])
+    replica = str(uuid.uuid4())
+    tx.run("sync_replica_put", (replica, _now()))
+    return replica
+
+
+def replica_id(store: Store) -> str | None:
+    """The store's replica id, or None before its first sync."""
+    with store.backend.read() as tx:
+        if not tx.one("sync_tables")[0]:
+            return None
+        row = tx.one("sync_replica")
+        return None if row is None else str(row[0])
+
+
+def new_replica(store: Store) -> str:
+    """Give ``store`` a new replica id: the fix for a file copied by hand
+    (:class:`ReplicaConflict`). Its sync state is kept. Returns the new id."""
+    with store.backend.write() as tx:
+        _ensure_tables(tx)
+        tx.run("sync_replica_drop")
+        return _ensure_tables(tx)
+
+
+def enable(store: Store) -> str:
+    """Start tracking deletions now: record what every buffer holds (a sync does this
+    too). A message deleted before a store's first sync or ``enable`` is not known
+    as deleted; so enable a store before copying it (``backup``) for another device.
+    Returns the replica id."""
+    with store.backend.write() as tx:
+        replica = _ensure_tables(tx)
+        everything = _Scopes(["all"])
+        known = {(r[0], r[1], r[2]) for r in tx.all("sync_state_all")}
+        for address, buffer in _scan(tx, everything).items():
+            if address not in known:
+                tx.run("sync_state_put", (*address, buffer.digest, " ".join(buffer.ids)))
+        return replica
+
+
+def conflicts(store: Store) -> list[dict[str, Any]]:
+    """What syncs dropped that was not a duplicate, oldest first (each with its message)."""
+    with store.backend.read() as tx:
+        if not tx.one("sync_tables")[0]:
+            return []
+        names = ("dropped_id", "rule", "scope", "scope_id", "key", "call_id", "kept_id")
+        return [
+            {
+                **dict(zip(names, row[:7], strict=True)),
+                "message": json.loads(row[7]),
+                "recorded_at": row[8],
+            }
+            for row in tx.all("sync_conflicts")
+        ]
+
+
+# ------------------------------------------------------------------- digests
+
+
+def _digest(rows: Iterable[tuple[str, str, str]]) -> str:
+    """A buffer's digest: its ids, positions and content fingerprints, in order."""
+    h = hashlib.md5(usedforsecurity=False)
+    for id_, position, fingerprint in rows:
+        h.update(f"{id_} {position} {fingerprint}\n".encode())
+    return h.hexdigest()
+
+
+class _Buffer:
+    """A buffer as the scan saw it: its rows (id, position, fingerprint)."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str]] = []
+
+    @property
+    def ids(self) -> list[str]:
+        return [row[0] for row in self.rows]
+
+    @property
+    def digest(self) -> str:
+        return _digest(self.rows)
+
+
+def _scan(tx: Tx, scopes: _Scopes) -> dict[Address, _Buffer]:
+    found: dict[Address, _Buffer] = {}
+    for scope, scope_id, key, id_, position, fingerprint in tx.all("sync_scan"):
+        address = (scope, scope_id, key)
+        if address in scopes:
+            found.setdefault(address, _Buffer()).rows.append((id_, position, fingerprint))
+    return found
+
+
+def _whole_digest(store: Store) -> str:
+    with store.backend.read() as tx:
+        scanned = _scan(tx, _Scopes(["all"]))
+    return _digest((f"{a}", b.digest, "") for a, b in sorted(scanned.items()))
+
+
+# ---------------------------------------------------------------------- sides
+
+
+class _Side:
+    """One store inside the sync's transaction."""
+
+    def __init__(self, label: str, store: Store, tx: Tx, replica: str) -> None:
+        self.label = label
+        self.store = store
+        self.tx = tx
+        self.replica = replica
+        self.seq: int = tx.one("sync_last_seq")[0]
+        self.scanned: dict[Address, _Buffer] = {}
+        self.states: dict[Address, tuple[str, list[str]]] = {}
+        self.home: dict[str, Address] = {}
+
+    def tombstone(self, rows: Sequence[tuple[str, Address]]) -> None:
+        """Record deleted message ids with this side's next sequence numbers."""
+        now = _now()
+        params = []
+        for id_, address in rows:
+            self.seq += 1
+            params.append((id_, *address, self.seq, now))
+        if params:
+            self.tx.many("sync_tombstone_put", params)
+
+    def entries(self, buffer_id: int) -> list[Entry]:
+        return [Entry(*row) for row in self.tx.all("sync_light", (buffer_id,))]
+
+    def contents(self, ids: Iterable[str]) -> dict[str, tuple[str, int]]:
+        wanted = list(dict.fromkeys(ids))
+        found: dict[str, tuple[str, int]] = {}
+        for start in range(0, len(wanted), 500):
+            for id_, content, parts in self.tx.all("sync_contents", (wanted[start : start + 500],)):
+                found[str(id_)] = (content, parts)
+        return found
+
+
+class _DryRun(Exception):
+    """Raised at the end of a dry run, so both transactions roll back."""
+
+
+# ---------------------------------------------------------------------- sync
+
+
+def sync(
+    a: Store, b: Store, scopes: Iterable[object] | str | None = None, *, dry_run: bool = False
+) -> SyncReport:
+    """Merge two stores both ways; afterwards both hold the same buffers (in ``scopes``).
+
+    Args:
+        a, b: the stores (any backends).
+        scopes: which buffers: ``None`` (default) every non-identity scope
+            (``global``, ``workflow``, ``pipeline``, ``execution``); name ``user``
+            and ``session`` buffers explicitly: ``("user", "42")``, ``"user:42"``,
+            ``"session"`` (all sessions), or ``"all"``.
+        dry_run: do everything, report it, and roll both sides back.
+
+    Raises:
+        ReplicaConflict: ``a`` and ``b`` share a replica id but differ (a file copied
+            by hand); :func:`new_replica` on the copy fixes it.
+        InvalidArgument: a scope that is not one.
+    """
+    wanted = _Scopes(scopes if not isinstance(scopes, str) else [scopes])
+    for store in (a, b):
+        if not isinstance(store, Store):
+            raise InvalidArgument(f"sync takes two Store objects, not {type(store).__name__}")
+        store.backend.ensure_open()
+    report = _Report(a.path, b.path, dry_run)
+    ids = {label: replica_id(store) for label, store in (("a", a), ("b", b))}
+    same_file = _same_file(a, b)
+    if same_file or (ids["a"] is not None and ids["a"] == ids["b"]):
+        if same_file or _whole_digest(a) == _whole_digest(b):
+            return report.done()  # one store (or an exact copy): nothing to do
+        raise ReplicaConflict(
+            f"{a.path} and {b.path} carry the same replica id {ids['a']} but hold different "
+            "histories: one is a copy of the other made outside flowdrop_local. Give the copy "
+            "its own id (flowdrop_local.syncing.new_replica(store), or "
+            "'flowdrop-local sync --new-replica COPY'), then sync again"
+        )
+    # Locks in the order of replica ids (a store without one yet makes it first).
+    order = sorted([("a", a), ("b", b)], key=lambda s: (ids[s[0]] or "~", s[0]))
+    try:
+        with contextlib.ExitStack() as stack:
+            sides: dict[str, _Side] = {}
+            for label, store in order:
+                tx = stack.enter_context(store.backend.write())
+                sides[label] = _Side(label, store, tx, _ensure_tables(tx))
+            _run(sides["a"], sides["b"], [sides[label] for label, _ in order], wanted, report)
+            if dry_run:
+                raise _DryRun
+    except _DryRun:
+        pass
+    for store in (a, b):
+        backend = store.backend
+        forget = getattr(backend, "forget_tails", None)
+        if forget is not None:
+            forget()
+    return report.done()
+
+
+def _same_file(a: Store, b: Store) -> bool:
+    if a.backend.kind != "sqlite" or b.backend.kind != "sqlite":
+        return a.backend.kind == b.backend.kind == "postgresql" and a.path == b.path
+    if ":memory:" in (a.path, b.path):
+        return a is b
+    with contextlib.suppress(OSError):
+        return os.path.samefile(a.path, b.path)
+    return False
+
+
+class _Report:
+    """The counts as a sync makes them, labelled by side."""
+
+    def __init__(self, a: str, b: str, dry_run: bool) -> None:
+        self.fields: dict[str, Any] = {"a": a, "b": b, "dry_run": dry_run, "conflicts": {}}
+
+    def add(self, name: str, n: int) -> None:
+        self.fields[name] = self.fields.get(name, 0) + n
+
+    def conflict(self, rule: str) -> None:
+        self.fields["conflicts"][rule] = self.fields["conflicts"].get(rule, 0) + 1
+
+    def done(self) -> SyncReport:
+        return SyncReport(**self.fields)
+
+
+def _run(a: _Side, b: _Side, order: list[_Side], scopes: _Scopes, report: _Report) -> None:
+    sides = (a, b)
+    for side in sides:
+        side.scanned = _scan(side.tx, scopes)
+        for scope, scope_id, key, digest, ids in side.tx.all("sync_state_all"):
+            address = (scope, scope_id, key)
+            if address in scopes:
+                side.states[address] = (digest, ids.split() if ids else [])
+        for address, scanned in side.scanned.items():
+            for id_ in scanned.ids:
+                side.home[id_] = address
+    # 1. What each side deleted since its last sync becomes its tombstones.
+    for side in sides:
+        gone: list[tuple[str, Address]] = []
+        for address, (digest, ids) in side.states.items():
+            buffer = side.scanned.get(address)
+            if buffer is not None and buffer.digest == digest:
+                continue
+            present = set(buffer.ids) if buffer is not None else set()
+            gone += [(id_, address) for id_ in ids if id_ not in present]
+        side.tombstone(gone)
+    # 2. Tombstones travel; each side deletes what the other deleted.
+    touched: set[Address] = set()
+    for source, target in ((a, b), (b, a)):
+        mark_row = target.tx.one("sync_peer", (source.replica,))
+        mark = 0 if mark_row is None else int(mark_row[0])
+        rows = source.tx.all("sync_tombstones_after", (mark,))
+        arriving = [(str(r[0]), (r[1], r[2], r[3])) for r in rows if (r[1], r[2], r[3]) in scopes]
+        if not scopes.everything and arriving:  # no mark moves: skip what it knows already
+            known = {str(row[0]) for row in target.tx.all("sync_tombstone_ids")}
+            arriving = [item for item in arriving if item[0] not in known]
+        target.tombstone(arriving)
+        report.add(f"tombstones_{source.label}_to_{target.label}", len(arriving))
+        for id_, _ in arriving:
+            address_of = target.home.get(id_)
+            if address_of is not None and drive(remove_message(id_), target.tx):
+                touched.add(address_of)
+                report.add(f"deleted_on_{target.label}", 1)
+    # 3. Buffers that differ merge.
+    addresses = sorted(set(a.scanned) | set(b.scanned) | set(a.states) | set(b.states))
+    report.add("buffers_compared", len(addresses))
+    for address in addresses:
+        in_a, in_b = a.scanned.get(address), b.scanned.get(address)
+        digest_a = in_a.digest if in_a is not None else None
+        digest_b = in_b.digest if in_b is not None else None
+        if address not in touched and digest_a == digest_b:
+            final = in_a.rows if in_a is not None else []
+        else:
+            final = _merge_buffer(address, order[0], order[1], report)
+            report.add("buffers_merged", 1)
+        for side in sides:
+            _keep_state(side, address, final)
+    # 4. The high-water marks: each side now holds every tombstone the other has
+    # (those it sent, received and made in the merges). A scoped sync moves no mark:
+    # the tombstones it skipped must still come later.
+    for source, target in ((a, b), (b, a)):
+        row = target.tx.one("sync_peer", (source.replica,))
+        mark = source.seq if scopes.everything else (0 if row is None else int(row[0]))
+        target.tx.run("sync_peer_put", (source.replica, mark, _now()))
+
+
+def _keep_state(side: _Side, address: Address, rows: list[tuple[str, str, str]]) -> None:
+    """Remember what the buffer holds now, for the next sync's deletions."""
+    if not rows:
+        if address in side.states:
+            side.tx.run("sync_state_drop", address)
+        return
+    digest = _digest(rows)
+    if side.states.get(address, ("",))[0] != digest:
+        side.tx.run("sync_state_put", (*address, digest, " ".join(r[0] for r in rows)))
+
+
+def _merge_buffer(
+    address: Address, first: _Side, second: _Side, report: _Report
+) -> list[tuple[str, str, str]]:
+    """Merge one buffer: decide, write the first side, heal there, copy to the second."""
+    buffer_ids = {}
+    before: dict[str, list[Entry]] = {}
+    for side in (first, second):
+        state = side.tx.open("open_buffer", (*address, None))
+        buffer_ids[side.label] = state.id
+        before[side.label] = side.entries(state.id)
+    merged: Merged = merge(before["a"], before["b"])
+    sides = {first.label: first, second.label: second}
+    # Conflicts keep the whole dropped message, on both sides.
+    if merged.conflicts:
+        now = _now()
+        rows = []
+        for conflict in merged.conflicts:
+            holder = sides[conflict.dropped_side]
+            content, parts = holder.contents([conflict.dropped.id])[conflict.dropped.id]
+            message = {
+                "id": conflict.dropped.id,
+                "role": conflict.dropped.role,
+                "content": json.loads(content) if parts else content,
+                "metadata": json.loads(conflict.dropped.metadata),
+                "created_at": conflict.dropped.created_at,
+            }
+            rows.append(
+                (
+                    conflict.dropped.id,
+                    conflict.rule,
+                    *address,
+                    conflict.call_id,
+                    conflict.kept_id,
+                    json.dumps(message, ensure_ascii=False),
+                    now,
+                )
+            )
+            report.conflict(conflict.rule)
+        for side in (first, second):
+            side.tx.many("sync_conflict_put", rows)
+    report.add("replaced", merged.replaced)
+    # The first side: the merged rows, then healing (the engine's), as an append would.
+    target = [
+        (p.entry, p.position, sides[p.source[0]] if p.source != "ab" else first)
+        for p in merged.placed
+    ]
+    _write(first, buffer_ids[first.label], before[first.label], target, report)
+    healed: list[str] = []
+    count = len(target)
+    drive(heal(buffer_ids[first.label], None, 0, count, healed, before_users_only=True), first.tx)
+    report.add("healed", len(healed))
+    _settle(first, buffer_ids[first.label], count + len(healed))
+    final = first.entries(buffer_ids[first.label])
+    # The second side: a copy of the first.
+    _write(
+        second,
+        buffer_ids[second.label],
+        before[second.label],
+        [(e, e.position, first) for e in final],
+        report,
+    )
+    _settle(second, buffer_ids[second.label], len(final))
+    # Every message that was on a side and is not now is a tombstone on both.
+    kept = {e.id for e in final}
+    for side in (first, second):
+        removed = [e.id for e in before[side.label] if e.id not in kept]
+        report.add(f"deleted_on_{side.label}", len(removed))
+    removed_all = sorted({e.id for side in before.values() for e in side} - kept)
+    for side in (first, second):
+        side.tombstone([(id_, address) for id_ in removed_all])
+    new = set(healed)
+    for side, other in ((first, second), (second, first)):
+        have = {e.id for e in before[side.label]}
+        report.add(
+            f"sent_{other.label}_to_{side.label}",
+            sum(1 for e in final if e.id not in have and e.id not in new),
+        )
+    was = {e.id: e.position for side in before.values() for e in side}
+    rekeyed = [e.id for e in final if e.id in was and was[e.id] != e.position]
+    report.add("rekeyed", len(rekeyed))
+    return [(e.id, e.position, e.fingerprint) for e in final]
+
+
+def _write(
+    side: _Side,
+    buffer_id: int,
+    current: list[Entry],
+    target: list[tuple[Entry, str, _Side]],
+    report: _Report,
+) -> None:
+    """Make one side's buffer hold ``target`` (entry, position, the side holding its
+    version): delete what goes or moves, insert what comes or moved, update what
+    changed in place; then the ledger is rebuilt from the messages."""
+    have = {e.id: e for e in current}
+    inserts = [
+        (e, position, source)
+        for e, position, source in target
+        if e.id not in have or have[e.id].position != position
+    ]
+    updates = [
+        (e, source)
+        for e, position, source in target
+        if e.id in have
+        and have[e.id].position == position
+        and have[e.id].fingerprint != e.fingerprint
+    ]
+    wanted = {e.id: position for e, position, _ in target}
+    deletes = [e.id for e in current if wanted.get(e.id) != e.position]
+    if not (inserts or updates or deletes):
+        return
+    contents: dict[str, tuple[str, int]] = {}
+    by_source: dict[int, tuple[_Side, list[str]]] = {}
+    for e, _, source in inserts:
+        by_source.setdefault(id(source), (source, []))[1].append(e.id)
+    for e, source in updates:
+        by_source.setdefault(id(source), (source, []))[1].append(e.id)
+    for source, ids in by_source.values():
+        contents.update(source.contents(ids))
+    tx = side.tx
+    tx.run("clear_ledger", (buffer_id,))  # no ledger while rows move: rebuilt below
+    for id_ in deletes:
+        tx.run("delete_message", (buffer_id, id_))
+    if inserts:
+        tx.many(
+            "insert_message",
+            [
+                (e.id, buffer_id, position, e.role, *contents[e.id], e.metadata, e.created_at, 0)
+                for e, position, _ in sorted(inserts, key=lambda i: i[1])
+            ],
+        )
+    for e, _ in updates:
+        content, parts = contents[e.id]
+        tx.write("replace_placeholder", (content, parts, e.metadata, buffer_id, e.id))
+    declarations = []
+    for e, _, _ in target:
+        if e.role == "assistant":
+            for ordinal, call_id in enumerate(declared_call_ids(json.loads(e.metadata))):
+                declarations.append((buffer_id, call_id, e.id, ordinal))
+    if declarations:
+        tx.many("declare_call", declarations)
+    tx.write("touch_buffer", (buffer_id,))
+
+
+def _settle(side: _Side, buffer_id: int, count: int) -> None:
+    """The count on the last row (schema.sql: only the last row's tally counts)."""
+    row = side.tx.one("tail", (buffer_id,))
+    if row is not None and row[0] is not None:
+        side.tx.write("set_tally", (count, buffer_id, row[0]))

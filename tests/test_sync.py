@@ -1,0 +1,536 @@
+"""Offline sync (issue 14): two copies of a store that diverged merge into one history.
+
+Each rule is shown across a sync (a table of scenarios), then a property test
+applies random, different operations to two (and three) copies of a random common
+history and checks convergence; SQLite with PostgreSQL; a sync killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flowdrop_local import ReplicaConflict, Store, sync
+from flowdrop_local.errors import InvalidArgument
+from flowdrop_local.rules.pairing import PLACEHOLDER_CONTENT
+from flowdrop_local.syncing import conflicts, enable, new_replica, replica_id
+
+K = ("global", "", "chat")
+
+
+def call(call_id: str) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": "",
+        "metadata": {
+            "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ]
+        },
+    }
+
+
+def result(call_id: str, text: str) -> dict[str, Any]:
+    return {"role": "tool", "content": text, "metadata": {"tool_call_id": call_id}}
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def said(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def rows(store: Store) -> dict[tuple[str, str, str], list[tuple[Any, ...]]]:
+    """Every buffer: (id, position, role, content, metadata) in order."""
+    return {
+        (ref.scope, ref.scope_id, ref.key): [
+            (m.id, m.position, m.role, m.content, m.metadata)
+            for m in store.buffer(ref.scope, ref.scope_id, ref.key).messages()
+        ]
+        for ref in store.buffers()
+    }
+
+
+def shape(store: Store) -> dict[tuple[str, str, str], list[tuple[Any, ...]]]:
+    """rows() without the ids of healed placeholders (each sync makes its own)."""
+    return {
+        address: [(None if m[4].get("healed") else m[0], *m[1:]) for m in messages]
+        for address, messages in rows(store).items()
+    }
+
+
+def pair(tmp_path: Path, *history: dict[str, Any]) -> tuple[Store, Store]:
+    a = Store(str(tmp_path / "a.db"))
+    if history:
+        a.buffer(*K).append(list(history))
+    enable(a)  # deletions on either copy count from here
+    a.backup(str(tmp_path / "b.db"))
+    return a, Store(str(tmp_path / "b.db"))
+
+
+def texts(store: Store) -> list[tuple[str, Any]]:
+    return [(m.role, m.content) for m in store.buffer(*K).messages()]
+
+
+# ------------------------------------------------------------- the rules, across a sync
+# (common history, what a appends, what b appends, the merged (role, content), report)
+
+ASKED = (user("q"), call("c1"))
+SCENARIOS = [
+    pytest.param(
+        ASKED,
+        [user("from a")],
+        [result("c1", "real"), said("b says")],
+        [
+            ("user", "q"),
+            ("assistant", ""),
+            ("tool", "real"),
+            ("user", "from a"),
+            ("assistant", "b says"),
+        ],
+        {"replaced": 1, "healed": 0},
+        id="MEM-10: b's real result replaces a's placeholder in place",
+    ),
+    pytest.param(
+        ASKED,
+        [result("c1", "a ran it")],
+        [result("c1", "b ran it")],
+        [("user", "q"), ("assistant", ""), ("tool", "a ran it")],
+        {"conflicts": {"MEM-1": 1}},
+        id="MEM-1: two real results keep the first block's, the other is a conflict",
+    ),
+    pytest.param(
+        (user("q"),),
+        [call("c9"), result("c9", "done")],
+        [call("c9"), result("c9", "done")],
+        [("user", "q"), ("assistant", ""), ("tool", "done")],
+        {"conflicts": {"MEM-2": 1}},
+        id="MEM-2: a turn whose calls the other side declared is dropped (kept as conflict)",
+    ),
+    pytest.param(
+        (user("q"),),
+        [call("c5")],
+        [user("b asks")],
+        [("user", "q"), ("assistant", ""), ("tool", PLACEHOLDER_CONTENT), ("user", "b asks")],
+        {"healed": 1},
+        id="MEM-3: a's dangling call before b's user turn is healed",
+    ),
+    pytest.param(
+        (user("q"),),
+        [user("same"), said("a1")],
+        [user("same"), said("b1")],
+        [
+            ("user", "q"),
+            ("user", "same"),
+            ("assistant", "a1"),
+            ("user", "same"),
+            ("assistant", "b1"),
+        ],
+        {"sent_a_to_b": 2, "sent_b_to_a": 2},
+        id="blocks stay contiguous; equal user texts are two messages",
+    ),
+]
+
+
+@pytest.mark.parametrize(("history", "on_a", "on_b", "merged", "expected"), SCENARIOS)
+@pytest.mark.parametrize("swap", [False, True], ids=["sync(a,b)", "sync(b,a)"])
+def test_rules_across_a_sync(
+    tmp_path: Path,
+    history: tuple[dict[str, Any], ...],
+    on_a: list[dict[str, Any]],
+    on_b: list[dict[str, Any]],
+    merged: list[tuple[str, Any]],
+    expected: dict[str, Any],
+    swap: bool,
+) -> None:
+    """Each rule holds across a sync, whichever side is passed first (a wrote first)."""
+    a, b = pair(tmp_path, *history)
+    for message in on_a:
+        a.buffer(*K).append(message)
+    time.sleep(0.002)  # b's block starts later: it goes second
+    for message in on_b:
+        b.buffer(*K).append(message)
+    report = sync(b, a) if swap else sync(a, b)
+    assert texts(a) == merged
+    assert shape(a) == shape(b)
+    assert a.check() == [] and b.check() == []
+    for name, value in expected.items():
+        if swap and name.startswith("sent_"):
+            name = {"sent_a_to_b": "sent_b_to_a", "sent_b_to_a": "sent_a_to_b"}[name]
+        assert getattr(report, name) == value, report
+    again = sync(a, b)
+    assert again.moved == 0, again
+
+
+def test_a_conflict_keeps_the_dropped_message_on_both_sides(tmp_path: Path) -> None:
+    """MEM-1 across devices: the dropped result is readable from either store."""
+    a, b = pair(tmp_path, *ASKED)
+    a.buffer(*K).append(result("c1", "a ran it"))
+    b.buffer(*K).append(result("c1", "b ran it"))
+    sync(a, b)
+    for store in (a, b):
+        (found,) = conflicts(store)
+        assert found["rule"] == "MEM-1" and found["call_id"] == "c1"
+        assert found["message"]["content"] == "b ran it"
+
+
+# ------------------------------------------------------------------- deletions
+
+
+@pytest.mark.parametrize(
+    ("delete", "left"),
+    [
+        (lambda s: s.buffer(*K).pop(), [("user", "q"), ("assistant", "one")]),
+        (lambda s: s.buffer(*K).clear(), []),
+        (
+            lambda s: s.buffer(*K, window=2).append(said("three")),
+            [("assistant", "two"), ("assistant", "three")],
+        ),
+    ],
+    ids=["pop", "clear", "window eviction"],
+)
+def test_deletions_propagate_and_never_come_back(tmp_path: Path, delete: Any, left: Any) -> None:
+    """A deletion on one side deletes on the other; a third replica cannot resurrect it."""
+    a, b = pair(tmp_path, user("q"), said("one"), said("two"))
+    a.backup(str(tmp_path / "c.db"))
+    c = Store(str(tmp_path / "c.db"))
+    sync(a, b)
+    sync(a, c)
+    delete(a)
+    sync(a, b)
+    assert texts(b) == left == texts(a)
+    sync(c, b)  # c still held the messages: b's tombstones delete them there
+    assert texts(c) == left
+    sync(a, c)
+    assert texts(a) == left and a.check() == [] and c.check() == []
+
+
+# -------------------------------------------------------------------- replicas
+
+
+def test_backup_is_a_new_replica(tmp_path: Path) -> None:
+    """backup gives the copy its own replica id."""
+    a, b = pair(tmp_path, user("q"))
+    sync(a, b)
+    a.backup(str(tmp_path / "c.db"))
+    with Store(str(tmp_path / "c.db")) as c:
+        assert replica_id(c) is None
+        sync(a, c)
+        assert replica_id(c) not in (None, replica_id(a), replica_id(b))
+
+
+def test_a_file_copied_by_hand_is_refused_until_it_gets_its_own_id(tmp_path: Path) -> None:
+    """Same replica id, different histories: ReplicaConflict naming the fix; equal: no-op."""
+    a, b = pair(tmp_path, user("q"))
+    sync(a, b)
+    b.close()
+    shutil.copy(tmp_path / "b.db", tmp_path / "copy.db")
+    b, copy = Store(str(tmp_path / "b.db")), Store(str(tmp_path / "copy.db"))
+    assert sync(b, copy).moved == 0  # identical: nothing to do
+    copy.buffer(*K).append(user("only in the copy"))
+    with pytest.raises(ReplicaConflict, match="new_replica"):
+        sync(b, copy)
+    new_replica(copy)
+    sync(b, copy)
+    assert texts(b) == texts(copy) == [("user", "q"), ("user", "only in the copy")]
+
+
+def test_the_same_file_twice_is_a_no_op(tmp_path: Path) -> None:
+    a = Store(str(tmp_path / "a.db"))
+    a.buffer(*K).append(user("q"))
+    with Store(str(tmp_path / "a.db")) as same:
+        assert sync(a, same).moved == 0
+
+
+# ---------------------------------------------------------------------- scopes
+
+
+def test_identity_scopes_move_only_when_named(tmp_path: Path) -> None:
+    """Default: no user or session buffer moves; ("user", "42") moves only user 42's."""
+    a, b = pair(tmp_path)
+    for owner in ("42", "7"):
+        a.buffer("user", owner, "notes").append(user(f"of {owner}"))
+    a.buffer("workflow", "w", "log").append(user("shared"))
+    sync(a, b)
+    assert [r.scope for r in b.buffers()] == ["workflow"]
+    sync(a, b, scopes=[("user", "42")])
+    assert [(r.scope, r.scope_id) for r in b.buffers()] == [("user", "42"), ("workflow", "w")]
+    sync(a, b, scopes="all")
+    assert rows(a) == rows(b)
+
+
+@pytest.mark.parametrize(
+    ("scopes", "problem"),
+    [
+        (["planet"], "unknown scope"),
+        (["user:0"], "names no identity"),
+        ([42], "SCOPE:ID"),
+        (["all:x"], "takes no id"),
+    ],
+)
+def test_bad_scopes_are_refused(tmp_path: Path, scopes: list[Any], problem: str) -> None:
+    a, b = pair(tmp_path)
+    with pytest.raises(InvalidArgument, match=problem):
+        sync(a, b, scopes=scopes)
+
+
+def test_dry_run_reports_and_changes_nothing(tmp_path: Path) -> None:
+    a, b = pair(tmp_path, *ASKED)
+    a.buffer(*K).append(user("from a"))
+    b.buffer(*K).append(result("c1", "real"))
+    before = (rows(a), rows(b))
+    dry = sync(a, b, dry_run=True)
+    assert (rows(a), rows(b)) == before
+    real = sync(a, b)
+    assert dry.to_dict() | {"dry_run": False} == real.to_dict()
+
+
+# ----------------------------------------------------------- property-based
+
+CALLS = [f"c{i}" for i in range(4)]
+operation = st.one_of(
+    st.tuples(st.just("user"), st.sampled_from(["hi", "again", "?"])),
+    st.tuples(st.just("said"), st.sampled_from(["ok", "sure"])),
+    st.tuples(st.just("call"), st.sampled_from(CALLS)),
+    st.tuples(st.just("result"), st.sampled_from(CALLS)),
+    st.tuples(st.just("pop"), st.just("")),
+    st.tuples(st.just("clear"), st.just("")),
+    st.tuples(st.just("window"), st.sampled_from(["w1", "w2"])),
+)
+KEYS = [("global", "", "x"), ("workflow", "w", "y")]
+program = st.lists(st.tuples(st.sampled_from(KEYS), operation), max_size=12)
+
+
+def apply(store: Store, ops: list[Any], tag: str) -> None:
+    for address, (kind, arg) in ops:
+        buf = store.buffer(*address)
+        if kind == "user":
+            buf.append(user(f"{arg} {tag}"))
+        elif kind == "said":
+            buf.append(said(f"{arg} {tag}"))
+        elif kind == "call":
+            buf.append(call(f"{arg}{tag}") if random.random() < 0.5 else call(arg))
+        elif kind == "result":
+            buf.append(result(arg, f"from {tag}"))
+        elif kind == "pop":
+            buf.pop()
+        elif kind == "clear" and random.random() < 0.3:
+            buf.clear()
+        elif kind == "window":
+            store.buffer(*address, window=4).append(said(f"{arg} {tag}"))
+
+
+def ids(store: Store) -> set[str]:
+    return {m[0] for messages in rows(store).values() for m in messages}
+
+
+def converged(*stores: Store) -> None:
+    first = rows(stores[0])
+    for store in stores:
+        assert store.check() == []
+        assert rows(store) == first
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(common=program, on_a=program, on_b=program, seed=st.integers(0, 2**16))
+def test_two_copies_converge(
+    tmp_path_factory: pytest.TempPathFactory, common: Any, on_a: Any, on_b: Any, seed: int
+) -> None:
+    """Random common history, copied; random different operations; sync: equal, sound,
+    nothing lost that was not deleted, nothing deleted back, blocks contiguous, a
+    second sync moves nothing, and sync(a, b) reads as sync(b, a)."""
+    random.seed(seed)
+    folder = tmp_path_factory.mktemp("prop")
+    a = Store(str(folder / "a.db"))
+    apply(a, common, "base")
+    enable(a)
+    a.backup(str(folder / "b.db"))
+    b = Store(str(folder / "b.db"))
+    base = ids(a)
+    apply(a, on_a, "a")
+    apply(b, on_b, "b")
+    deleted = (base - ids(a)) | (base - ids(b))
+    before = ids(a) | ids(b)
+    role_of = {m[0]: m[2] for s in (a, b) for ms in rows(s).values() for m in ms}
+    new_a, new_b = ids(a) - base, ids(b) - base
+    a.backup(str(folder / "a2.db"))
+    b.backup(str(folder / "b2.db"))
+    report = sync(a, b)
+    converged(a, b)
+    after = ids(a)
+    assert not (after & deleted), "a deleted message came back"
+    dropped = {c["dropped_id"] for c in conflicts(a)}
+    # Only tool messages (a second result, a placeholder) may go silently (MEM-1, MEM-10).
+    lost = [id_ for id_ in before - deleted - after - dropped if role_of[id_] != "tool"]
+    assert not lost
+    for messages in rows(a).values():
+        sides = [
+            ("a" if m[0] in new_a else "b")
+            for m in messages
+            if m[0] in new_a | new_b and m[2] != "tool"
+        ]
+        switches = sum(1 for x, y in itertools.pairwise(sides) if x != y)
+        assert switches <= 1, f"blocks interleaved: {sides}"
+    assert sync(a, b).moved == 0
+    a2, b2 = Store(str(folder / "a2.db")), Store(str(folder / "b2.db"))
+    swapped = sync(b2, a2)
+    assert shape(a2) == shape(a)
+    assert (swapped.sent_a_to_b, swapped.sent_b_to_a) == (report.sent_b_to_a, report.sent_a_to_b)
+    for store in (a, b, a2, b2):
+        store.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    common=program,
+    programs=st.lists(program, min_size=3, max_size=3),
+    pairs=st.lists(
+        st.sampled_from([(0, 1), (1, 2), (0, 2), (1, 0), (2, 1), (2, 0)]), min_size=1, max_size=4
+    ),
+)
+def test_three_replicas_converge(
+    tmp_path_factory: pytest.TempPathFactory, common: Any, programs: Any, pairs: Any
+) -> None:
+    """Three copies, random operations, syncs in random pair orders, then a round: all equal."""
+    folder = tmp_path_factory.mktemp("three")
+    first = Store(str(folder / "0.db"))
+    apply(first, common, "base")
+    enable(first)
+    stores = [first]
+    for i in (1, 2):
+        first.backup(str(folder / f"{i}.db"))
+        stores.append(Store(str(folder / f"{i}.db")))
+    deleted: set[str] = set()
+    for i, (store, ops) in enumerate(zip(stores, programs, strict=True)):
+        before = ids(store)
+        apply(store, ops[: len(ops) // 2], str(i))
+        deleted |= before - ids(store)
+    for x, y in pairs:
+        sync(stores[x], stores[y])
+    for i, (store, ops) in enumerate(zip(stores, programs, strict=True)):
+        before = ids(store)
+        apply(store, ops[len(ops) // 2 :], f"{i}'")
+        deleted |= before - ids(store)
+    for x, y in [(0, 1), (1, 2), (0, 1)]:
+        sync(stores[x], stores[y])
+    converged(*stores)
+    assert not (ids(stores[0]) & deleted)
+    for store in stores:
+        store.close()
+
+
+# ------------------------------------------------------------------ backends
+
+
+def test_sqlite_with_postgresql(tmp_path: Path, postgresql_url: str) -> None:
+    """A SQLite store and a PostgreSQL one that diverged converge, both sound."""
+    a = Store(str(tmp_path / "a.db"))
+    a.buffer(*K).append([user("q"), call("c1")])
+    with Store(postgresql_url) as b:
+        sync(a, b)
+        assert rows(a) == rows(b)
+        a.buffer(*K).append(user("from sqlite"))
+        b.buffer(*K).append([result("c1", "real"), said("from pg")])
+        b.buffer("workflow", "w", "pg-only").append(user("hello"))
+        report = sync(b, a)
+        assert report.replaced == 1
+        converged(a, b)
+        assert texts(a)[2:] == [("tool", "real"), ("user", "from sqlite"), ("assistant", "from pg")]
+        b.buffer(*K).pop()
+        sync(a, b)
+        converged(a, b)
+        assert sync(a, b).moved == 0
+
+
+# ---------------------------------------------------------------------- crash
+
+CHILD = """
+import sys
+from flowdrop_local import Store, sync
+a, b = Store(sys.argv[1]), Store(sys.argv[2])
+print("ready", flush=True)
+sync(a, b)
+print("done", flush=True)
+"""
+
+
+def test_a_sync_killed_at_random_points_leaves_both_sound(tmp_path: Path) -> None:
+    """SIGKILL during a sync: both stores open and check clean; a rerun completes it."""
+    rng = random.Random(14)
+    base = Store(str(tmp_path / "base.db"))
+    for n in range(30):
+        base.buffer("global", "", f"b{n}").append([user("q"), call(f"c{n}")])
+    base.close()
+    for attempt in range(20):
+        a_path, b_path = tmp_path / f"a{attempt}.db", tmp_path / f"b{attempt}.db"
+        shutil.copy(tmp_path / "base.db", a_path)
+        with Store(str(a_path)) as a:
+            new_replica(a)
+            a.backup(str(b_path))
+            for n in range(30):
+                a.buffer("global", "", f"b{n}").append([user("a") for _ in range(20)])
+        with Store(str(b_path)) as b:
+            for n in range(30):
+                b.buffer("global", "", f"b{n}").append(
+                    [result(f"c{n}", "r")] + [said("b") for _ in range(20)]
+                )
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(a_path), str(b_path)],
+            stdout=subprocess.PIPE,
+            env={**os.environ},
+        )
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == b"ready"
+        time.sleep(rng.uniform(0, 0.4))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        with Store(str(a_path)) as a, Store(str(b_path)) as b:
+            assert a.check() == [] and b.check() == []
+            sync(a, b)
+            converged(a, b)
+            assert sync(a, b).moved == 0
+
+
+# ------------------------------------------------------------------------ CLI
+
+
+def test_cli_sync_json_and_dry_run(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from flowdrop_local.cli import cli
+
+    a, b = pair(tmp_path, user("q"))
+    a.buffer(*K).append(said("a"))
+    a.close()
+    b.close()
+    runner = CliRunner()
+    dry = runner.invoke(
+        cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "--dry-run", "--json"]
+    )
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.output)["sent_a_to_b"] == 1
+    done = runner.invoke(
+        cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "--scope", "global", "--json"]
+    )
+    assert json.loads(done.output)["sent_a_to_b"] == 1
+    again = runner.invoke(cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db")])
+    assert again.exit_code == 0 and "in sync" in again.output
+    bad = runner.invoke(
+        cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "--scope", "planet"]
+    )
+    assert bad.exit_code == 2 and "unknown scope" in bad.output
