@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from .access import refused_storage
 from .buffer import Buffer, check_limit, validate_batch
-from .model import AppendResult, Message
+from .model import AppendResult, BufferInfo, Message
 
 if TYPE_CHECKING:
     from .access import ScopeResolution
@@ -78,6 +78,14 @@ class RefusedBuffer(Buffer):
         """
         validate_batch(messages)
         return AppendResult(count=0, appended=0)
+
+    def info(self) -> BufferInfo:
+        """An empty conversation: a refused scope selects no bucket."""
+        return BufferInfo(*self.address)
+
+    def delete(self) -> int:
+        """Nothing to delete; returns 0."""
+        return 0
 
     def existing_id(self, tx: Tx) -> int | None:
         return None  # no bucket is selected, so none exists
