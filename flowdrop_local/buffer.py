@@ -24,7 +24,7 @@ from .errors import (
     shown,
 )
 from .model import AppendResult, BufferInfo, Message, converter
-from .rules.incoming import MAX_STORED_BYTES, Incoming, too_big
+from .rules.incoming import Incoming
 
 __all__ = [
     "Buffer",
@@ -68,6 +68,8 @@ def check_limit(limit: object) -> int:
 
 
 _MAX_TITLE = 1000  # characters: a title is a line in a sidebar, not a document
+# bytes of JSON: a conversation's metadata is read with every listed page.
+_MAX_METADATA = 1_000_000
 FORK_RUN = 5000  # rows a fork copies per statement (a progress step)
 
 
@@ -93,8 +95,8 @@ def checked_json(value: dict[str, Any]) -> str:
         text.encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:
         raise InvalidArgument(f"metadata must be a JSON object: {error}") from None
-    if too_big(text):
-        raise InvalidArgument(f"metadata takes more than {MAX_STORED_BYTES:,} bytes as JSON")
+    if len(text) > _MAX_METADATA or len(text.encode("utf-8")) > _MAX_METADATA:
+        raise InvalidArgument(f"metadata takes more than {_MAX_METADATA:,} bytes as JSON")
     return text
 
 

@@ -100,14 +100,13 @@ _INFO = (
     "b.scope, b.scope_id, b.key, b.title, b.metadata, b.created_at, b.updated_at, "
     f"coalesce(({_TALLY.format('b.id')}), 0), b.id"
 )
-# A new message id made in SQL: a UUIDv7 (the time in milliseconds, then random
-# bits from gen_random_uuid()), as engine.new_message_id makes them in Python.
+# A new message id made in SQL, per row (volatile calls, no sub-select PostgreSQL
+# would run once): a UUIDv7, the time in milliseconds, then the random bits and
+# variant of a gen_random_uuid(), as engine.new_message_id makes them in Python.
+_MILLIS = "lpad(to_hex(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')"
 _NEW_ID = (
-    "(SELECT substr(ts, 1, 8) || '-' || substr(ts, 9, 4) || '-7' || substr(r, 1, 3) || '-' "
-    "|| substr('89ab', 1 + (get_byte(decode(substr(r, 4, 2), 'hex'), 0) & 3), 1) "
-    "|| substr(r, 6, 3) || '-' || substr(r, 9, 12) "
-    "FROM (SELECT lpad(to_hex(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), "
-    "12, '0') AS ts, replace(gen_random_uuid()::text, '-', '') AS r) AS g)"
+    f"(substr({_MILLIS}, 1, 8) || '-' || substr({_MILLIS}, 9, 4) || '-7' "
+    "|| substr(gen_random_uuid()::text, 16))"  # a v4's random bits, its variant kept
 )
 
 # The named statements, in PostgreSQL's dialect (the same names as backends/sqlite.py).
