@@ -58,15 +58,15 @@ def fts_query(query: object) -> str:
     """
     if not isinstance(query, str):
         raise InvalidArgument(f"a search query must be a string, not {shown(query)}")
-    terms = [
-        '"' + term.replace('"', '""') + '"'
-        for term in query.split()
-        if any(c.isalnum() for c in term) and "\x00" not in term
-    ]
     try:
-        " ".join(terms).encode("utf-8")
+        query.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidArgument("a search query must not hold a lone surrogate") from None
+    terms = [
+        '"' + term.replace('"', '""') + '"'
+        for term in query.replace("\x00", " ").split()
+        if any(c.isalnum() for c in term)
+    ]
     return " ".join(terms)
 
 

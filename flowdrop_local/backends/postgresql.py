@@ -366,8 +366,7 @@ SQL: dict[str, str] = {
     "search": (
         "SELECT b.scope, b.scope_id, b.key, m.id, m.role, "
         "ts_headline('simple', flowdrop_message_text(m.content, m.content_parts), hit.q, "
-        "'StartSel=[, StopSel=], MaxWords=24, MinWords=8, MaxFragments=2, "
-        "FragmentDelimiter=...'), hit.score "
+        "'StartSel=[, StopSel=], MaxWords=24, MinWords=8'), hit.score "
         "FROM (SELECT s.message_id, q, ts_rank(s.document, q) AS score "
         "FROM plainto_tsquery('simple', %(q)s) AS q, message_search AS s "
         "JOIN buffers AS f ON f.id = s.buffer_id "
@@ -939,7 +938,9 @@ def _schema_violations(tx: _PgTx) -> list[Violation]:
         for row in tx.raw(
             "SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
             f"JOIN pg_class c ON c.oid = x.indrelid WHERE {_OURS} "
-            "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid)",
+            "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid "
+            # a foreign key names the index it references (the search table's does)
+            "AND k.conrelid = x.indrelid AND k.contype IN ('p', 'u', 'x'))",
             (list(_OUR_TABLES),),
         )
     }
