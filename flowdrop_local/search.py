@@ -92,9 +92,9 @@ def enable(db: Backend, progress: Callable[[int, int], None] | None = None) -> b
             tx.script(_PG_LOCK)
         if enabled_in(tx):
             return False
-        for statement in statements(search_sql(db.kind)) if db.kind == "sqlite" else [
-            search_sql(db.kind)
-        ]:
+        for statement in (
+            statements(search_sql(db.kind)) if db.kind == "sqlite" else [search_sql(db.kind)]
+        ):
             tx.script(statement)
         total = tx.one("search_count_messages")[0]
         done, after = 0, (0, "")

@@ -138,7 +138,9 @@ class TestConversations:
         stamps = [info.updated_at or "" for info in seen]
         assert stamps == sorted(stamps, reverse=True)
 
-    def test_recently_updated_comes_first(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_recently_updated_comes_first(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """An append after the granularity moves its buffer to the top of the listing."""
         from flowdrop_local import engine
 
@@ -215,7 +217,9 @@ class TestConversations:
 
     def test_limit_zero_is_an_empty_last_page(self, store: Store) -> None:
         _titled(store, 2)
-        assert store.conversations(limit=0).items == () and store.conversations(limit=0).next is None
+        assert (
+            store.conversations(limit=0).items == () and store.conversations(limit=0).next is None
+        )
 
 
 def test_recent_page_reads_a_range_of_the_recency_index(tmp_path: Path) -> None:
@@ -398,7 +402,7 @@ class TestFork:
         assert store.check() == []
 
     def test_a_healed_placeholder_is_copied_and_can_still_be_replaced(self, store: Store) -> None:
-        """A placeholder inside the cut stays a placeholder: the real result replaces it (MEM-10)."""
+        """A placeholder inside the cut stays one: the real result replaces it (MEM-10)."""
         src = store.buffer("chat", "u", "main")
         src.append([_call("c1"), {"role": "user", "content": "anything?"}])
         cut = src.messages()[1]
@@ -468,7 +472,9 @@ class TestFork:
         finally:
             buffer_module.FORK_RUN = old
         assert calls == [(10, 23), (20, 23), (23, 23)]
-        assert len(fork) == 23 and [m["content"] for m in fork.read()] == [str(i) for i in range(23)]
+        assert len(fork) == 23 and [m["content"] for m in fork.read()] == [
+            str(i) for i in range(23)
+        ]
         assert fork.append({"role": "user", "content": "x"}).count == 24
         assert store.check() == []
 

@@ -76,7 +76,10 @@ class TestWhatIsIndexed:
             (_parts("input_text", "hello"), "input_text", False),
             # Other parts' fields are not indexed (an image's URL).
             (
-                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/cat"}}]},
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "http://x/cat"}}],
+                },
                 "cat",
                 False,
             ),
@@ -133,12 +136,14 @@ class TestKeptInTheTransaction:
         with Store(target) as store:
             store.enable_search()
             buf = store.buffer("chat", "u", "k")
-            with pytest.raises(KeyboardInterrupt):
-                with store.backend.write() as tx:
-                    buf.append_in(tx, __import__("flowdrop_local").buffer.validate_batch(
+            with pytest.raises(KeyboardInterrupt), store.backend.write() as tx:
+                buf.append_in(
+                    tx,
+                    __import__("flowdrop_local").buffer.validate_batch(
                         {"role": "user", "content": "ghost words"}
-                    ))
-                    raise KeyboardInterrupt
+                    ),
+                )
+                raise KeyboardInterrupt
             assert store.search("ghost") == []
             buf.append({"role": "user", "content": "real words"})
             assert len(store.search("words")) == 1
@@ -148,7 +153,11 @@ class TestKeptInTheTransaction:
         buf = searchable.buffer("chat", "u", "k")
         buf.append(
             [
-                {"role": "assistant", "content": "", "metadata": {"tool_calls": [{"tool_call_id": "c1", "name": "f"}]}},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "metadata": {"tool_calls": [{"tool_call_id": "c1", "name": "f"}]},
+                },
                 {"role": "user", "content": "hello?"},
             ]
         )
@@ -189,7 +198,18 @@ class TestKeptInTheTransaction:
 class TestQueries:
     @pytest.mark.parametrize(
         "query",
-        ['"', "AND", "OR NOT", "(", "*", "a:b", "NEAR(x y)", "^start", "'; DROP TABLE x; --", "-x +y"],
+        [
+            '"',
+            "AND",
+            "OR NOT",
+            "(",
+            "*",
+            "a:b",
+            "NEAR(x y)",
+            "^start",
+            "'; DROP TABLE x; --",
+            "-x +y",
+        ],
     )
     def test_query_syntax_cannot_fail(self, searchable: Store, query: str) -> None:
         """FTS5 operators and quotes in user input are words, never a syntax error."""
@@ -203,7 +223,9 @@ class TestQueries:
 
     def test_every_term_must_match(self, searchable: Store) -> None:
         buf = searchable.buffer("chat", "u", "k")
-        buf.append([{"role": "user", "content": "red apple"}, {"role": "user", "content": "green apple"}])
+        buf.append(
+            [{"role": "user", "content": "red apple"}, {"role": "user", "content": "green apple"}]
+        )
         assert [h.snippet for h in searchable.search("apple red")] == ["[red] [apple]"]
         assert len(searchable.search("apple")) == 2
 
@@ -278,8 +300,14 @@ class TestSchemaVerification:
     @pytest.mark.parametrize(
         ("damage", "problem"),
         [
-            ("DROP TRIGGER messages_search_update", "messages_search_update of the search index is missing"),
-            ("DROP TRIGGER messages_search_insert", "messages_search_insert of the search index is missing"),
+            (
+                "DROP TRIGGER messages_search_update",
+                "messages_search_update of the search index is missing",
+            ),
+            (
+                "DROP TRIGGER messages_search_insert",
+                "messages_search_insert of the search index is missing",
+            ),
             (
                 "DROP TRIGGER messages_search_delete; CREATE TRIGGER messages_search_delete "
                 "AFTER DELETE ON messages BEGIN SELECT 1; END",
