@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 from flowdrop_local import Store
-from flowdrop_local.engine import new_message_id_bytes
 
 
 def _percentiles(samples: list[float]) -> tuple[float, float]:
@@ -50,25 +49,23 @@ def _fill_buffers(store: Store, n: int) -> None:
 
 def listing(sizes: list[int], runs: int) -> None:
     print(f"listing: one page of 50, {runs} reads each (ms)")
-    print(f"{'buffers':>10} {'first median':>13} {'first p95':>10} {'deep median':>12} {'deep p95':>9}")
+    columns = ("buffers", "first median", "first p95", "deep median", "deep p95")
+    print(" ".join(f"{name:>13}" for name in columns))
     for n in sizes:
-        with tempfile.TemporaryDirectory() as folder:
-            with Store(Path(folder) / "list.db") as store:
-                _fill_buffers(store, n)
-                cursor = None
-                page = store.conversations(limit=n // 2)
-                cursor = page.next
-                first, deep = [], []
-                for _ in range(runs):
-                    started = time.perf_counter()
-                    store.conversations(limit=50)
-                    first.append((time.perf_counter() - started) * 1000)
-                    started = time.perf_counter()
-                    got = store.conversations(limit=50, after=cursor)
-                    deep.append((time.perf_counter() - started) * 1000)
-                assert len(got.items) == 50
-                (fm, fp), (dm, dp) = _percentiles(first), _percentiles(deep)
-                print(f"{n:>10,} {fm:>13.3f} {fp:>10.3f} {dm:>12.3f} {dp:>9.3f}")
+        with tempfile.TemporaryDirectory() as folder, Store(Path(folder) / "list.db") as store:
+            _fill_buffers(store, n)
+            cursor = store.conversations(limit=n // 2).next
+            first, deep = [], []
+            for _ in range(runs):
+                started = time.perf_counter()
+                store.conversations(limit=50)
+                first.append((time.perf_counter() - started) * 1000)
+                started = time.perf_counter()
+                got = store.conversations(limit=50, after=cursor)
+                deep.append((time.perf_counter() - started) * 1000)
+            assert len(got.items) == 50
+            (fm, fp), (dm, dp) = _percentiles(first), _percentiles(deep)
+            print(" ".join([f"{n:>13,}", *(f"{v:>13.3f}" for v in (fm, fp, dm, dp))]))
 
 
 def _history(store: Store, n: int) -> list[str]:
@@ -85,7 +82,9 @@ def _history(store: Store, n: int) -> list[str]:
                 }
             )
         elif i % 10 == 9:
-            batch.append({"role": "tool", "content": "result", "metadata": {"tool_call_id": f"c{i - 1}"}})
+            batch.append(
+                {"role": "tool", "content": "result", "metadata": {"tool_call_id": f"c{i - 1}"}}
+            )
         else:
             batch.append({"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}"})
         if len(batch) == 1000:
@@ -131,7 +130,9 @@ def fork(n: int, at: int, runs: int) -> None:
             target.delete()
             started = time.perf_counter()
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT INTO buffers (scope, scope_id, key) VALUES ('raw', 'u', ?)", (str(run),))
+            conn.execute(
+                "INSERT INTO buffers (scope, scope_id, key) VALUES ('raw', 'u', ?)", (str(run),)
+            )
             raw_id = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
             conn.execute(_RAW_MESSAGES, (raw_id, source_id, cut))
             conn.execute(_RAW_LEDGER, (raw_id, source_id, cut))

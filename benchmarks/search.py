@@ -42,7 +42,10 @@ def latency(n: int, runs: int) -> None:
         started = time.perf_counter()
         for b in range(n // 100):
             store.buffer("chat", f"u{b % 50}", f"c{b}").append(
-                [{"role": "user" if i % 2 else "assistant", "content": _text(rng)} for i in range(100)]
+                [
+                    {"role": "user" if i % 2 else "assistant", "content": _text(rng)}
+                    for i in range(100)
+                ]
             )
         filled = time.perf_counter() - started
         started = time.perf_counter()
@@ -52,7 +55,9 @@ def latency(n: int, runs: int) -> None:
         queries = {
             "rare word": lambda: rng.choice(_VOCABULARY[3000:]),
             "common word": lambda: rng.choice(_VOCABULARY[:5]),
-            "two words": lambda: f"{rng.choice(_VOCABULARY[:50])} {rng.choice(_VOCABULARY[50:500])}",
+            "two words": lambda: (
+                f"{rng.choice(_VOCABULARY[:50])} {rng.choice(_VOCABULARY[50:500])}"
+            ),
         }
         for name, make in queries.items():
             samples = []
@@ -71,23 +76,26 @@ def latency(n: int, runs: int) -> None:
 
 def append_cost(appends: int) -> None:
     rng = random.Random(7)
-    with tempfile.TemporaryDirectory() as folder:
-        with Store(Path(folder) / "on.db") as on, Store(Path(folder) / "off.db") as off:
-            on.enable_search()
-            buffers = {"on": on.buffer("chat", "u", "k"), "off": off.buffer("chat", "u", "k")}
-            times: dict[str, list[float]] = {"on": [], "off": []}
-            for _ in range(appends // 100):
-                for name, buf in buffers.items():
-                    for _ in range(100):
-                        message = {"role": "user", "content": _text(rng)}
-                        started = time.perf_counter()
-                        buf.append(message)
-                        times[name].append((time.perf_counter() - started) * 1_000_000)
-            on_median, off_median = statistics.median(times["on"]), statistics.median(times["off"])
-            print(
-                f"append cost: {off_median:.0f} us without search, {on_median:.0f} us with it: "
-                f"ratio {on_median / off_median:.2f}x (median of {appends:,} single appends each)"
-            )
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        Store(Path(folder) / "on.db") as on,
+        Store(Path(folder) / "off.db") as off,
+    ):
+        on.enable_search()
+        buffers = {"on": on.buffer("chat", "u", "k"), "off": off.buffer("chat", "u", "k")}
+        times: dict[str, list[float]] = {"on": [], "off": []}
+        for _ in range(appends // 100):
+            for name, buf in buffers.items():
+                for _ in range(100):
+                    message = {"role": "user", "content": _text(rng)}
+                    started = time.perf_counter()
+                    buf.append(message)
+                    times[name].append((time.perf_counter() - started) * 1_000_000)
+        on_median, off_median = statistics.median(times["on"]), statistics.median(times["off"])
+        print(
+            f"append cost: {off_median:.0f} us without search, {on_median:.0f} us with it: "
+            f"ratio {on_median / off_median:.2f}x (median of {appends:,} single appends each)"
+        )
 
 
 def main() -> None:
