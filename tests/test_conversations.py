@@ -515,3 +515,16 @@ def test_sqlite_schema_untouched_by_conversations(tmp_path: Path) -> None:
     names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     conn.close()
     assert not any("search" in name for name in names)
+
+
+def test_refused_buffer_drops_titles_and_has_nothing_to_fork(store: Store) -> None:
+    """A refused identity scope validates a title then drops it (as MEM-7 drops a turn);
+    it holds no message to fork at; bad input is still an error."""
+    buf = store.buffer("session", "", "k")
+    assert buf.set_title("x") == BufferInfo("session", "", "k")
+    assert buf.update_metadata({"a": 1}) == BufferInfo("session", "", "k")
+    with pytest.raises(InvalidArgument):
+        buf.set_title(5)  # type: ignore[arg-type]
+    with pytest.raises(MessageNotFound):
+        buf.fork(at="x", to=("chat", "u", "f"))
+    assert store.conversations().items == ()
