@@ -18,6 +18,7 @@ from .buffer import Buffer
 from .check import Violation
 from .errors import (
     BackupTargetExists,
+    BufferNotEmpty,
     DatabaseNotFound,
     FlowdropError,
     InvalidAddress,
@@ -34,12 +35,13 @@ from .errors import (
     NotAFlowdropDatabase,
     ReadOnlyStore,
     SchemaTooNew,
+    SearchNotEnabled,
     SessionStopped,
     StoreClosed,
     UnsupportedOperation,
 )
 from .memory import MemoryRead, MemoryWrite
-from .model import AppendResult, BufferRef, Message, ToolCall
+from .model import AppendResult, BufferInfo, BufferRef, Message, Page, SearchHit, ToolCall
 from .portability import ImportReport
 from .positions import key_between, keys_between
 from .providers import (
@@ -69,6 +71,8 @@ __all__ = [
     "AppendResult",
     "BackupTargetExists",
     "Buffer",
+    "BufferInfo",
+    "BufferNotEmpty",
     "BufferRef",
     "DatabaseNotFound",
     "ExecutionContext",
@@ -89,11 +93,14 @@ __all__ = [
     "MessageNotFound",
     "NotADatabase",
     "NotAFlowdropDatabase",
+    "Page",
     "Principal",
     "ReadOnlyStore",
     "RefusedBuffer",
     "SchemaTooNew",
     "ScopeResolution",
+    "SearchHit",
+    "SearchNotEnabled",
     "Session",
     "SessionStopped",
     "Sessions",
