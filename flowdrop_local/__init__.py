@@ -19,6 +19,7 @@ from .buffer import Buffer
 from .check import Violation
 from .errors import (
     BackupTargetExists,
+    BufferNotEmpty,
     DatabaseNotFound,
     FlowdropError,
     InvalidAddress,
@@ -37,12 +38,13 @@ from .errors import (
     ReadOnlyStore,
     ReplicaConflict,
     SchemaTooNew,
+    SearchNotEnabled,
     SessionStopped,
     StoreClosed,
     UnsupportedOperation,
 )
 from .memory import MemoryRead, MemoryWrite
-from .model import AppendResult, BufferRef, Message, ToolCall
+from .model import AppendResult, BufferInfo, BufferRef, Message, Page, SearchHit, ToolCall
 from .portability import ImportReport
 from .positions import key_between, keys_between
 from .providers import (
@@ -75,6 +77,8 @@ __all__ = [
     "AsyncStore",
     "BackupTargetExists",
     "Buffer",
+    "BufferInfo",
+    "BufferNotEmpty",
     "BufferRef",
     "DatabaseNotFound",
     "ExecutionContext",
@@ -96,12 +100,15 @@ __all__ = [
     "MessageNotFound",
     "NotADatabase",
     "NotAFlowdropDatabase",
+    "Page",
     "Principal",
     "ReadOnlyStore",
     "RefusedBuffer",
     "ReplicaConflict",
     "SchemaTooNew",
     "ScopeResolution",
+    "SearchHit",
+    "SearchNotEnabled",
     "Session",
     "SessionStopped",
     "Sessions",

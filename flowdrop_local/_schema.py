@@ -449,6 +449,33 @@ def _expected_rows() -> frozenset[MasterRow]:
 
 
 @cache
+def search_sql() -> str:
+    """The text of search.sql: the optional search index (flowdrop_local/search.py)."""
+    return resources.files("flowdrop_local").joinpath("search.sql").read_text(encoding="utf-8")
+
+
+@cache
+def _expected_search() -> dict[tuple[str, str], tuple[str, str | None, tuple[str, ...] | None]]:
+    """The objects search.sql adds (FTS5's own tables included), as :func:`_expected` gives ours.
+
+    They are accepted on a file only all together and exactly as search.sql makes them.
+    """
+    conn = sqlite3.connect(":memory:")
+    try:
+        for statement in statements(schema_sql()):
+            conn.execute(statement)
+        for statement in statements(search_sql()):
+            conn.execute(statement)
+        rows = frozenset(conn.execute(_MASTER).fetchall()) - _expected_rows()
+    finally:
+        conn.close()
+    return {
+        (type_, name.lower()): (table.lower(), sql, None if sql is None else sql_tokens(sql))
+        for type_, name, table, sql in sorted(rows, key=lambda row: row[1])
+    }
+
+
+@cache
 def _our_tables() -> frozenset[str]:
     return frozenset(name for type_, name in _expected() if type_ == "table")
 
@@ -483,14 +510,20 @@ def schema_problems(objects: list[MasterRow]) -> list[tuple[str, str]]:
     if len(objects) == len(_expected_rows()) and frozenset(objects) == _expected_rows():
         return []  # byte for byte what schema.sql makes: the common case, kept cheap
     expected = _expected()
+    search = _expected_search()
     problems: list[tuple[str, str]] = []
     seen = set()
+    search_seen = set()
     for type_, name, table, sql in objects:
         key = (type_, name.lower())
         want = expected.get(key)
+        if want is None and key in search:
+            want = search[key]
+            search_seen.add(key)
         label = f"{type_} {name}"
         if want is not None:
-            seen.add(key)
+            if key not in search_seen:
+                seen.add(key)
             want_table, want_sql, want_tokens = want
             changed = sql != want_sql and (
                 sql is None or want_sql is None or sql_tokens(sql) != want_tokens
@@ -506,6 +539,12 @@ def schema_problems(objects: list[MasterRow]) -> list[tuple[str, str]]:
     if len(missing) == len(expected):
         return [("schema", "none of flowdrop_local's tables, indexes and triggers are there")]
     problems += [(f"{t} {n}", f"{t} {n} is missing") for t, n in missing]
+    if search_seen:  # the search index is there: all of it
+        problems += [
+            (f"{t} {n}", f"{t} {n} of the search index is missing")
+            for t, n in search
+            if (t, n) not in search_seen
+        ]
     return problems
 
 

@@ -12,16 +12,22 @@ same steps on an async transaction.
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any
 
 from . import engine
 from ._ids import id_blob
-from .access import check_scope_name
+from .access import check_scope_name, resolve_address
 from .backends.base import Backend, Tx
 from .engine import Placement, Plan, new_message_id, validate_batch
-from .errors import InvalidAddress, InvalidArgument, MessageNotFound, shown
-from .model import AppendResult, Message, converter
+from .errors import (
+    BufferNotEmpty,
+    InvalidAddress,
+    InvalidArgument,
+    MessageNotFound,
+    shown,
+)
+from .model import AppendResult, BufferInfo, Message, converter
 from .rules.incoming import Incoming
 
 __all__ = [
@@ -65,6 +71,86 @@ def check_limit(limit: object) -> int:
     return min(limit, _MAX_LIMIT)
 
 
+_MAX_TITLE = 1000  # characters: a title is a line in a sidebar, not a document
+# bytes of JSON: a conversation's metadata is read with every listed page.
+_MAX_METADATA = 1_000_000
+FORK_RUN = 5000  # rows a fork copies per statement (a progress step)
+
+
+def check_title(title: object) -> str:
+    """A conversation title as it can be stored, or InvalidArgument."""
+    if not isinstance(title, str):
+        raise InvalidArgument(f"a title must be a string, not {shown(title)}")
+    if len(title) > _MAX_TITLE:
+        raise InvalidArgument(f"a title must be at most {_MAX_TITLE:,} characters")
+    if "\x00" in title:
+        raise InvalidArgument("a title must not hold a NUL character")
+    try:
+        title.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"the title {shown(title)} contains a lone surrogate") from None
+    return title
+
+
+def checked_json(value: dict[str, Any]) -> str:
+    """A metadata object as stored JSON text, or InvalidArgument (not JSON, or too large)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as error:
+        raise InvalidArgument(f"metadata must be a JSON object: {error}") from None
+    if len(text) > _MAX_METADATA or len(text.encode("utf-8")) > _MAX_METADATA:
+        raise InvalidArgument(f"metadata takes more than {_MAX_METADATA:,} bytes as JSON")
+    return text
+
+
+def _fork_target(db: Backend, to: object) -> Buffer:
+    """The handle on a fork's target address, checked as ``Store.buffer`` checks one."""
+    if not isinstance(to, tuple | list) or len(to) != 3:
+        raise InvalidAddress(f"to must be (scope, scope_id, key), not {shown(to)}")
+    scope, scope_id, key = to
+    check_address_part("key", key, allow_empty=False)
+    resolution = resolve_address(scope, scope_id)
+    if resolution.refused:
+        raise InvalidAddress(f"cannot fork into {shown(tuple(to))}: {resolution.reason}")
+    return Buffer(db, scope, resolution.scope_id, key)
+
+
+def _fork(
+    source: tuple[str, str, str],
+    at: str,
+    target: tuple[str, str, str],
+    progress: Callable[[int, int], None] | None,
+) -> Generator[Any, Any, None]:
+    """The fork as steps (run by engine.drive): check both ends, then copy in runs."""
+    found = yield "one", "find_buffer", source
+    position = None if found is None else (yield "one", "position_of", (found[0], at))
+    if found is None or position is None:
+        raise MessageNotFound(f"no message {at!r} in buffer {'/'.join(source)}")
+    source_id, cut = found[0], position[0]
+    yield "one", "lock_buffer", (source_id,)
+    row = yield "one", "find_buffer", target
+    if row is None:
+        yield "write", "create_buffer", target
+        row = yield "one", "find_buffer", target
+    target_id = row[0]
+    yield "one", "lock_buffer", (target_id,)
+    held = yield "one", "count", (target_id,)
+    if held is not None and held[0]:
+        raise BufferNotEmpty(
+            f"buffer {'/'.join(target)} holds {held[0]} message(s); fork into a new one"
+        )
+    total = (yield "one", "count_through", (source_id, cut))[0]
+    copied, last = 0, ""  # every position sorts after ""
+    while copied < total:
+        copied += yield "run", "fork_messages", (target_id, source_id, last, copied, cut, FORK_RUN)
+        last = (yield "one", "tail", (target_id,))[0]
+        if progress is not None:
+            progress(copied, total)
+    yield "write", "fork_ledger", (target_id, source_id, cut)
+    yield "write", "touch_buffer", (target_id,)
+
+
 def _row_to_dict(role: str, content: str, parts: int, metadata: str) -> dict[str, Any]:
     return {
         "role": role,
@@ -99,7 +185,7 @@ class Buffer:
         self.scope = check_address_part("scope", scope, allow_empty=False)
         self.scope_id = check_address_part("scope_id", scope_id, allow_empty=True)
         self.key = check_address_part("key", key, allow_empty=False)
-        self._id: int | None = None  # the buffers row, once it exists (never deleted)
+        self._id: int | None = None  # the buffers row last seen (a hint: rows can be deleted)
 
     def __repr__(self) -> str:
         return f"<Buffer {self.scope!r} {self.scope_id!r} {self.key!r}>"
@@ -112,16 +198,16 @@ class Buffer:
     # ------------------------------------------------------------------ reads
 
     def existing_id(self, tx: Tx) -> int | None:
-        """The buffer's row id inside ``tx``, or None when it was never written."""
+        """The buffer's row id inside ``tx``, or None when it has no row."""
         found: int | None = engine.drive(self.existing_id_plan(), tx)
         return found
 
     def existing_id_plan(self) -> Plan:
-        """:meth:`existing_id` as a plan."""
-        if self._id is None:
-            row = yield "one", "find_buffer", self.address
-            if row is not None:
-                self._id = row[0]
+        """:meth:`existing_id` as a plan: looked up each time, since the row may have
+        been deleted (:meth:`delete`) by any handle or process, and its id given to
+        another buffer since."""
+        row = yield "one", "find_buffer", self.address
+        self._id = None if row is None else row[0]
         return self._id
 
     def read(self, limit: int | None = None, *, before: str | None = None) -> list[dict[str, Any]]:
@@ -319,6 +405,133 @@ class Buffer:
         from .viewer.transcript import buffer_html
 
         return buffer_html(self)
+
+    # ---------------------------------------------------------- conversations
+    # The buffer as a conversation an application lists, names, deletes and forks
+    # (issue 13). Like clear(), these are the trusted tier: no access decision.
+
+    def info(self) -> BufferInfo:
+        """The conversation's title, metadata, timestamps and count (one read).
+
+        A buffer without a row (nothing appended, titled or given metadata) reads
+        as an empty :class:`BufferInfo` with ``created_at`` and ``updated_at`` None.
+        """
+        with self.db.read(snapshot=False) as tx:
+            row = tx.one("buffer_info", self.address)
+        if row is None:
+            return BufferInfo(*self.address)
+        title, metadata, created_at, updated_at, count = row
+        return BufferInfo(
+            *self.address, title, json.loads(metadata), created_at, updated_at, int(count)
+        )
+
+    def set_title(self, title: str) -> BufferInfo:
+        """Name the conversation (creating its row if need be); returns :meth:`info`.
+
+        Raises:
+            InvalidArgument: ``title`` is not a string, holds a lone surrogate or a
+                NUL, or is longer than 1,000 characters; nothing was written.
+        """
+        text = check_title(title)
+        with self.db.write() as tx:
+            tx.write("set_title", (text, self._row(tx)))
+        return self.info()
+
+    def update_metadata(self, changes: Mapping[str, Any]) -> BufferInfo:
+        """Merge ``changes`` into the conversation's metadata object; returns :meth:`info`.
+
+        A shallow merge, read and written in one transaction: each key of
+        ``changes`` replaces the stored one, and a key whose value is ``None`` is
+        removed (as in a JSON merge patch). The metadata is the application's own.
+
+        Raises:
+            InvalidArgument: ``changes`` is not a mapping with string keys, a value
+                is not JSON, or the result is too large; nothing was written.
+        """
+        if not isinstance(changes, Mapping):
+            raise InvalidArgument(f"metadata changes must be a mapping, not {shown(changes)}")
+        if not all(isinstance(k, str) for k in changes):
+            raise InvalidArgument("metadata keys must be strings")
+        checked_json(dict(changes))  # bad input is refused before the transaction
+        with self.db.write() as tx:
+            buffer_id = self._row(tx)
+            stored = json.loads(tx.one("buffer_metadata", (buffer_id,))[0])
+            for name, value in changes.items():
+                if value is None:
+                    stored.pop(name, None)
+                else:
+                    stored[name] = value
+            tx.write("set_metadata", (checked_json(stored), buffer_id))
+        return self.info()
+
+    def _row(self, tx: Tx) -> int:
+        """The buffer's row id, creating the row if it has none, locked for this write."""
+        row = tx.one("find_buffer", self.address)
+        if row is None:
+            tx.write("create_buffer", self.address)
+            row = tx.one("find_buffer", self.address)
+        tx.one("lock_buffer", (row[0],))
+        self._id = row[0]
+        return int(row[0])
+
+    def delete(self) -> int:
+        """Delete the buffer: its row, its messages and its ledger, in one transaction.
+
+        Unlike :meth:`clear`, the buffer's title, metadata and timestamps go too. The
+        handle stays usable: a later append creates the buffer afresh.
+
+        Returns:
+            How many messages were deleted (0 when the buffer did not exist).
+        """
+        with self.db.write() as tx:
+            return self.delete_in(tx)
+
+    def delete_in(self, tx: Tx) -> int:
+        """:meth:`delete` inside an open write transaction (the sessions API's admin tier)."""
+        buffer_id = self.existing_id(tx)
+        if buffer_id is None:
+            return 0
+        tx.one("lock_buffer", (buffer_id,))  # waits for an append in progress
+        tx.write("clear_ledger", (buffer_id,))
+        deleted = tx.run("clear_messages", (buffer_id,))
+        tx.write("delete_buffer", (buffer_id,))
+        self._id = None
+        return deleted
+
+    def fork(
+        self,
+        *,
+        at: str,
+        to: tuple[str, str, str],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Buffer:
+        """Copy the history up to and including message ``at`` into the buffer ``to``.
+
+        "Edit an earlier message and continue" is a fork, then an append. The copy
+        keeps positions, content, metadata and timestamps, gives every message a new
+        id, and rebuilds the ledger for the copied rows: a call whose result lies
+        after the cut is unanswered in the fork, and the fork's next user turn heals
+        it (MEM-3). One transaction, copied inside the database.
+
+        ``progress(done, total)`` is called after each run of copied rows.
+
+        Returns:
+            A handle on the new buffer.
+
+        Raises:
+            MessageNotFound: ``at`` is no message of this buffer.
+            BufferNotEmpty: ``to`` already holds messages (or is this buffer).
+            InvalidAddress: ``to`` is not a usable address (an identity scope whose
+                id names nobody included).
+        """
+        if not isinstance(at, str):
+            raise InvalidArgument(f"at must be a message id (a string), not {shown(at)}")
+        target = _fork_target(self.db, to)
+        if target.address == self.address:
+            raise BufferNotEmpty(f"cannot fork {self!r} into itself")
+        with self.db.write() as tx:
+            engine.drive(_fork(self.address, at, target.address, progress), tx)
+        return target
 
     # -------------------------------------------------------- provider payloads
 

@@ -10,7 +10,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any, Final, TypeVar
 
@@ -31,7 +31,7 @@ from .buffer import Buffer
 from .check import Violation, as_dicts
 from .cli_sessions import sessions
 from .errors import InvalidImport, NotADatabase
-from .model import converter
+from .model import BufferInfo, converter
 from .store import Store
 
 __all__ = ["DEMO_ADDRESS", "BadInput", "cli", "main"]
@@ -508,6 +508,177 @@ def serve(ctx: click.Context, db: str | None, host: str, port: int, no_browser: 
         sys.stdout.flush()
 
     run(db or ctx.obj["db"], host=host, port=port, open_browser=not no_browser, announce=announce)
+
+
+# ------------------------------------------------ conversations and search (issue 13)
+
+
+@contextmanager
+def _progress_callback(label: str, quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A ``progress(done, total)`` drawing a bar on a terminal (stderr); None otherwise."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    bar: Any = None
+    shown = 0
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar, shown
+        if bar is None:
+            bar = click.progressbar(length=total, label=label, file=sys.stderr, show_pos=True)
+            bar.__enter__()
+        bar.update(done - shown)
+        shown = done
+
+    try:
+        yield progress
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+
+
+def _info_dict(info: BufferInfo) -> dict[str, Any]:
+    return dict(converter.unstructure(info))
+
+
+@cli.command()
+@click.option("--scope", help="Only buffers of this scope.")
+@click.option("--scope-id", help="Only buffers of this scope id.")
+@click.option("--limit", type=LIMIT, default=50, show_default=True, help="At most N buffers.")
+@click.option("--json", "json_output", is_flag=True, help="Print them as a JSON array.")
+@click.pass_context
+def buffers(
+    ctx: click.Context, scope: str | None, scope_id: str | None, limit: int, json_output: bool
+) -> None:
+    """List conversations, most recently updated first: time, count, address, title."""
+    with _open(ctx) as store:
+        page = store.conversations(limit=limit, scope=scope, scope_id=scope_id)
+    if json_output:
+        dump([_info_dict(info) for info in page.items])
+        return
+    for info in page.items:
+        title = f"  {info.title}" if info.title else ""
+        click.echo(
+            visible(f"{info.updated_at}  {info.count:>6}  {'/'.join(info.address)}{title}")
+        )
+
+
+@cli.command()
+@click.argument("scope")
+@click.argument("scope_id")
+@click.argument("key")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_context
+def delete(ctx: click.Context, scope: str, scope_id: str, key: str, yes: bool) -> None:
+    """Delete buffer SCOPE SCOPE_ID KEY: its messages, title and metadata.
+
+    On a terminal it asks first; --yes (or input that is not a terminal) does not.
+    """
+    with _open(ctx) as store:
+        buffer = store.buffer(scope, scope_id, key)
+        if not yes and sys.stdin.isatty():
+            count = len(buffer)
+            click.confirm(
+                visible(f"Delete {'/'.join(buffer.address)} and its {count} message(s)?"),
+                abort=True,
+                err=True,
+            )
+        deleted = buffer.delete()
+    click.echo(visible(f"deleted {'/'.join(buffer.address)} ({deleted} message(s))"))
+
+
+@cli.command()
+@click.argument("scope")
+@click.argument("scope_id")
+@click.argument("key")
+@click.option("--at", "at", required=True, help="The last message to copy (its id).")
+@click.option(
+    "--to",
+    "to",
+    nargs=3,
+    required=True,
+    metavar="SCOPE ID KEY",
+    help="The new buffer (absent or empty).",
+)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.pass_context
+def fork(
+    ctx: click.Context,
+    scope: str,
+    scope_id: str,
+    key: str,
+    at: str,
+    to: tuple[str, str, str],
+    quiet: bool,
+) -> None:
+    """Copy buffer SCOPE SCOPE_ID KEY up to message --at into a new buffer --to.
+
+    Prints the new buffer's info as JSON; append to it to continue from there.
+    """
+    with _open(ctx) as store, _progress_callback("forking", quiet) as progress:
+        forked = store.buffer(scope, scope_id, key).fork(at=at, to=to, progress=progress)
+        info = forked.info()
+    dump(_info_dict(info))
+
+
+@cli.command()
+@click.argument("scope")
+@click.argument("scope_id")
+@click.argument("key")
+@click.argument("text")
+@click.pass_context
+def title(ctx: click.Context, scope: str, scope_id: str, key: str, text: str) -> None:
+    """Set the title of buffer SCOPE SCOPE_ID KEY to TEXT (prints its info as JSON)."""
+    with _open(ctx) as store:
+        info = store.buffer(scope, scope_id, key).set_title(text)
+    dump(_info_dict(info))
+
+
+@cli.command()
+@click.argument("query", required=False)
+@click.option("--enable", is_flag=True, help="Build the search index (once per database).")
+@click.option("--scope", help="Only buffers of this scope.")
+@click.option("--scope-id", help="Only buffers of this scope id.")
+@click.option("--key", help="Only buffers with this key.")
+@click.option("--limit", type=LIMIT, default=20, show_default=True, help="At most N hits.")
+@click.option("--json", "json_output", is_flag=True, help="Print the hits as a JSON array.")
+@click.option("--quiet", is_flag=True, help="No progress bar (with --enable).")
+@click.pass_context
+def search(
+    ctx: click.Context,
+    query: str | None,
+    enable: bool,
+    scope: str | None,
+    scope_id: str | None,
+    key: str | None,
+    limit: int,
+    json_output: bool,
+    quiet: bool,
+) -> None:
+    """Search message text for QUERY (every word must match), best first.
+
+    Matched words are shown between [ and ]. Search is opt-in: run
+    'search --enable' once to index the database; appends keep it from then on.
+    """
+    if not enable and query is None:
+        raise BadInput("give a QUERY, or --enable to build the search index")
+    with _open(ctx) as store:
+        if enable:
+            with _progress_callback("indexing", quiet) as progress:
+                built = store.enable_search(progress)
+            if not json_output:
+                click.echo("search index built" if built else "search was enabled already")
+            if query is None:
+                return
+        assert query is not None
+        hits = store.search(query, scope=scope, scope_id=scope_id, key=key, limit=limit)
+    if json_output:
+        dump([converter.unstructure(hit) for hit in hits])
+        return
+    for hit in hits:
+        address = "/".join((hit.scope, hit.scope_id, hit.key))
+        click.echo(visible(f"{hit.role:<9} {address}  {hit.message_id}"))
+        click.echo("    " + visible(hit.snippet))
 
 
 def main() -> None:

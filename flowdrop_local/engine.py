@@ -185,6 +185,11 @@ def new_message_id() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+def new_message_id_bytes() -> bytes:
+    """:func:`new_message_id` as its 16 bytes (SQLite's stored form; a fork's SQL function)."""
+    return _ids.next().to_bytes(16, "big")
+
+
 def validate_batch(messages: object) -> list[Incoming]:
     """Validate every message of an append before anything is written.
 

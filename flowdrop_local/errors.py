@@ -122,6 +122,14 @@ class UnsupportedOperation(FlowdropError, NotImplementedError):
     """The operation has no meaning on this backend (the message says what to use instead)."""
 
 
+class BufferNotEmpty(FlowdropError, ValueError):
+    """A fork's target buffer already holds messages; nothing was written."""
+
+
+class SearchNotEnabled(FlowdropError, RuntimeError):
+    """Search was asked of a store whose search index is not built (``enable_search``)."""
+
+
 def shown(value: object, width: int = 80) -> str:
     """``repr(value)`` for an error message: shortened, and never an error itself.
 

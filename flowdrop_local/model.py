@@ -116,6 +116,56 @@ class BufferRef:
     count: int
 
 
+@attrs.frozen
+class BufferInfo:
+    """A conversation as ``Buffer.info`` and ``Store.conversations`` give it.
+
+    ``created_at`` and ``updated_at`` are ISO 8601 UTC text, ``None`` while the
+    buffer has no row (nothing appended, no title or metadata set). ``updated_at``
+    is coarse: an append writes it at most once a minute.
+    """
+
+    scope: str
+    scope_id: str
+    key: str
+    title: str = ""
+    metadata: dict[str, Any] = attrs.field(factory=dict)
+    created_at: str | None = None
+    updated_at: str | None = None
+    count: int = 0
+
+    @property
+    def address(self) -> tuple[str, str, str]:
+        """``(scope, scope_id, key)``."""
+        return (self.scope, self.scope_id, self.key)
+
+
+@attrs.frozen
+class Page:
+    """One page of a listing: its items, and the cursor of the next page (``None``: last)."""
+
+    items: tuple[BufferInfo, ...]
+    next: str | None = None
+
+
+@attrs.frozen
+class SearchHit:
+    """One message a search found, best first.
+
+    ``snippet`` is the message's text around the match, each matched term between
+    ``[`` and ``]`` (text cut short is marked ``...``); ``score`` is higher for a
+    better match (its scale depends on the backend).
+    """
+
+    scope: str
+    scope_id: str
+    key: str
+    message_id: str
+    role: str
+    snippet: str
+    score: float
+
+
 converter = make_converter()
 # Content is stored verbatim: a string, or the list of parts it arrived as.
 converter.register_structure_hook_func(lambda t: t == (str | list[Any]), lambda value, _: value)

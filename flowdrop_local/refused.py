@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from .access import refused_storage
-from .buffer import Buffer, check_limit, validate_batch
-from .model import AppendResult, Message
+from .buffer import Buffer, check_limit, check_title, validate_batch
+from .errors import MessageNotFound
+from .model import AppendResult, BufferInfo, Message
 
 if TYPE_CHECKING:
     from .access import ScopeResolution
@@ -78,6 +79,27 @@ class RefusedBuffer(Buffer):
         """
         validate_batch(messages)
         return AppendResult(count=0, appended=0)
+
+    def info(self) -> BufferInfo:
+        """An empty conversation: a refused scope selects no bucket."""
+        return BufferInfo(*self.address)
+
+    def delete(self) -> int:
+        """Nothing to delete; returns 0."""
+        return 0
+
+    def set_title(self, title: str) -> BufferInfo:
+        """Validate the title, then drop it, as an append drops its turn (MEM-7)."""
+        check_title(title)
+        return self.info()
+
+    def update_metadata(self, changes: Mapping[str, Any]) -> BufferInfo:
+        """Nothing to change: a refused scope selects no bucket (MEM-7)."""
+        return self.info()
+
+    def fork(self, *, at: str, **_: Any) -> Buffer:
+        """A refused buffer holds no message to fork at."""
+        raise MessageNotFound(f"no message {at!r} in {self!r}: its scope refused")
 
     def existing_id(self, tx: Tx) -> int | None:
         return None  # no bucket is selected, so none exists

@@ -427,6 +427,39 @@ class Sessions:
 
     # ---------------------------------------------------- the administrative tier
 
+    def delete_conversation(self, session_id: str, *, conversation: int | None = None) -> int:
+        """Delete one of the session's conversations: its buffer, messages and ledger
+        (admin only, MEM-15: it deletes session messages). The session stays.
+
+        ``conversation``: which one (0 is the first); default the current one, which
+        then reads as empty until the next turn. Returns how many messages went.
+
+        Raises:
+            AccessDenied: ``delete_denied`` for anyone but an admin, owner included
+                (whether or not the session exists); for an admin,
+                ``session_unavailable`` when the session cannot be loaded.
+            InvalidSession: ``conversation`` is not one of the session's.
+        """
+        sid = _session_id(session_id)
+        with self.db.write() as tx:
+            session = self._require("delete", self._load(tx, sid, lock=True), sid)
+            n = self._conversation_number(session, conversation)
+            buffer = self._buffer(context_for(session), conversation_key(n))
+            return buffer.delete_in(tx)
+
+    @staticmethod
+    def _conversation_number(session: Session, conversation: int | None) -> int:
+        if conversation is None:
+            return session.conversation
+        if not isinstance(conversation, int) or isinstance(conversation, bool) or not (
+            0 <= conversation <= session.conversation
+        ):
+            raise InvalidSession(
+                f"session {session.id} has conversations 0 to {session.conversation}, "
+                f"not {shown(conversation)}"
+            )
+        return conversation
+
     def _message_session(
         self, tx: Tx, message_id: str
     ) -> tuple[Session, SessionFacts] | None:

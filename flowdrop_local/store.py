@@ -9,14 +9,17 @@ rules in :mod:`flowdrop_local.engine`, and the handles (:class:`Buffer`,
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
+import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import sqlite_utils
 
-from . import _files, memory
+from . import _files, memory, search
 from .access import (
     AccessHook,
     ExecutionContext,
@@ -26,10 +29,10 @@ from .access import (
 )
 from .backends import Durability, open_backend
 from .backends.base import Backend
-from .buffer import Buffer, check_address_part
+from .buffer import Buffer, check_address_part, check_limit
 from .check import Violation
 from .errors import InvalidArgument, UnsupportedOperation, shown
-from .model import BufferRef
+from .model import BufferInfo, BufferRef, Page, SearchHit
 from .portability import (
     ImportReport,
     export_records,
@@ -41,6 +44,32 @@ from .refused import buffer_of
 from .sessions import Sessions
 
 __all__ = ["Durability", "Store"]
+
+# The first page starts after every timestamp (an ISO text that sorts last under
+# any collation) and every row id.
+_FIRST_PAGE: tuple[str, int] = ("9999-12-31T23:59:59.999Z", 2**63 - 1)
+_MAX_PAGE = 10_000  # rows one page reads at most, whatever limit asks
+
+
+def _make_cursor(updated_at: str, row_id: int) -> str:
+    """The opaque cursor of the page after the row (updated_at, id)."""
+    return base64.urlsafe_b64encode(f"{row_id}|{updated_at}".encode()).decode().rstrip("=")
+
+
+def _read_cursor(cursor: object) -> tuple[str, int]:
+    """(updated_at, id) from a cursor :func:`_make_cursor` made, or InvalidArgument."""
+    bad = InvalidArgument(f"after={shown(cursor)} is not a cursor this listing made")
+    if not isinstance(cursor, str) or len(cursor) > 200 or not cursor.isascii():
+        raise bad
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+        row_id, updated_at = text.split("|", 1)
+        number = int(row_id)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise bad from None
+    if not 0 <= number < 2**63 or not 0 < len(updated_at) <= 40 or not updated_at.isprintable():
+        raise bad
+    return updated_at, number
 
 
 def check_lock_warning_after(value: object) -> None:
@@ -193,6 +222,94 @@ class Store:
         """The buffers that hold messages, ordered by address."""
         with self._backend.read() as tx:
             return [BufferRef(*row) for row in tx.all("list_buffers")]
+
+    # ---------------------------------------------- conversations and search (issue 13)
+
+    def conversations(
+        self,
+        *,
+        order: str = "recent",
+        limit: int = 50,
+        after: str | None = None,
+        scope: str | None = None,
+        scope_id: str | None = None,
+    ) -> Page:
+        """One page of conversations, most recently updated first (a sidebar).
+
+        Every buffer that has a row is listed, empty ones included (a conversation
+        titled before its first message, or cleared): skipping them would make a
+        page walk past any number of them. ``after`` is the ``next`` cursor of the
+        previous page (opaque). Unfiltered, and with ``scope`` alone, a page is a
+        range of the recency index: its cost does not grow with the number of
+        buffers (``scope`` alone skips the other scopes' rows it passes). With
+        ``scope`` and ``scope_id``, one owner's buffers are read and sorted.
+        ``updated_at`` is coarse (an append writes it at most once a minute), so
+        buffers appended to within the same minute may list in either order.
+
+        Raises:
+            InvalidArgument: an unknown ``order``, a bad ``limit`` or a cursor this
+                listing did not make.
+            InvalidAddress: ``scope`` or ``scope_id`` is not a string.
+        """
+        if order != "recent":
+            raise InvalidArgument(f"order must be 'recent', not {shown(order)}")
+        limit = min(check_limit(limit), _MAX_PAGE)
+        if scope is not None:
+            check_address_part("scope", scope, allow_empty=False)
+        if scope_id is not None:
+            check_address_part("scope_id", scope_id, allow_empty=True)
+        updated_at, row_id = _FIRST_PAGE if after is None else _read_cursor(after)
+        statement = (
+            "conversations_of" if scope is not None and scope_id is not None
+            else "conversations_recent"
+        )
+        with self._backend.read(snapshot=False) as tx:
+            rows = tx.all(statement, (updated_at, row_id, scope, scope_id, limit + 1))
+        page = rows[:limit]
+        items = tuple(
+            BufferInfo(scope_, sid, key, title, json.loads(meta), created, updated, int(count))
+            for scope_, sid, key, title, meta, created, updated, count, _ in page
+        )
+        more = len(rows) > limit and bool(page)
+        return Page(items, _make_cursor(page[-1][6], page[-1][8]) if more else None)
+
+    def enable_search(self, progress: Callable[[int, int], None] | None = None) -> bool:
+        """Build the full-text search index over every stored message and keep it from now on.
+
+        One transaction; from then on every append indexes its messages in its own
+        transaction (see :mod:`flowdrop_local.search`). ``progress(done, total)`` is
+        called as runs of messages are indexed. Returns False when search was
+        enabled already.
+        """
+        return search.enable(self._backend, progress)
+
+    @property
+    def search_enabled(self) -> bool:
+        """Whether this store has its search index (:meth:`enable_search`)."""
+        return search.enabled(self._backend)
+
+    def search(
+        self,
+        query: str,
+        *,
+        scope: str | None = None,
+        scope_id: str | None = None,
+        key: str | None = None,
+        limit: int = 20,
+    ) -> list[SearchHit]:
+        """Messages whose text holds every word of ``query``, best first.
+
+        Each hit names its buffer, the message id and role, a snippet with every
+        matched term between ``[`` and ``]``, and a score (higher is better). Only
+        message text is searched, never JSON keys; a query without a letter or
+        digit finds nothing. See :mod:`flowdrop_local.search`.
+
+        Raises:
+            SearchNotEnabled: :meth:`enable_search` was never run on this store.
+        """
+        return search.search(
+            self._backend, query, scope=scope, scope_id=scope_id, key=key, limit=limit
+        )
 
     @property
     def db(self) -> sqlite_utils.Database:

@@ -91,6 +91,12 @@ def recorded(
         )
         with store.backend.write() as tx:  # un-answers z before a user turn: healed at once
             engine.drive(engine.remove_message(result.message_ids[1]), tx)
+        # Conversations (issue 13): a fork (ledger copied), title, metadata, info, delete.
+        forked = other.fork(at=result.message_ids[0], to=("s", "", "k3"))
+        forked.set_title("t")
+        forked.update_metadata({"a": 1})
+        forked.info()
+        forked.delete()
         store.buffer("s", "", "k").clear()
     monkeypatch.undo()
     yield seen

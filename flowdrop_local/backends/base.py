@@ -21,6 +21,10 @@ class Tx(Transaction, abc.ABC):
     def remember(self, state: BufferState) -> None:
         """Keep ``state`` as the buffer's tail once this transaction commits (a cache)."""
 
+    def script(self, sql: str) -> None:
+        """Run SQL that is not a named statement (creating the optional search objects)."""
+        raise NotImplementedError
+
 
 class Backend(abc.ABC):
     """A database: its connections, transactions and dialect.

@@ -96,6 +96,20 @@ _STATE = (
     "WHERE buffer_id = b.id ORDER BY position DESC LIMIT 1) AS last ON true "
 )
 
+# A conversation (model.BufferInfo), then the row id (the listing's cursor).
+_INFO = (
+    "b.scope, b.scope_id, b.key, b.title, b.metadata, b.created_at, b.updated_at, "
+    f"coalesce(({_TALLY.format('b.id')}), 0), b.id"
+)
+# A new message id made in SQL, per row (volatile calls, no sub-select PostgreSQL
+# would run once): a UUIDv7, the time in milliseconds, then the random bits and
+# variant of a gen_random_uuid(), as engine.new_message_id makes them in Python.
+_MILLIS = "lpad(to_hex(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')"
+_NEW_ID = (
+    f"(substr({_MILLIS}, 1, 8) || '-' || substr({_MILLIS}, 9, 4) || '-7' "
+    "|| substr(gen_random_uuid()::text, 16))"  # a v4's random bits, its variant kept
+)
+
 # The named statements, in PostgreSQL's dialect (the same names as backends/sqlite.py).
 # A message's fingerprint for sync, byte for byte what content_md5 computes on SQLite.
 _CONTENT_MD5 = "md5(m.content || chr(31) || m.metadata || chr(31) || m.content_parts::text)"
@@ -331,6 +345,78 @@ SQL: dict[str, str] = {
     ),
     "sync_contents": "SELECT id, content, content_parts FROM messages WHERE id = ANY(%s)",
     **{name: sql.replace("?", "%s") for name, sql in SYNC_COMMON.items()},
+    # ------------------------------------------------ conversations (issue 13)
+    "buffer_info": (
+        "SELECT b.title, b.metadata, b.created_at, b.updated_at, "
+        f"coalesce(({_TALLY.format('b.id')}), 0) FROM buffers AS b "
+        "WHERE b.scope = %s AND b.scope_id = %s AND b.key = %s"
+    ),
+    "buffer_metadata": "SELECT metadata FROM buffers WHERE id = %s",
+    "set_title": "UPDATE buffers SET title = %s WHERE id = %s",
+    "set_metadata": "UPDATE buffers SET metadata = %s WHERE id = %s",
+    "delete_buffer": "DELETE FROM buffers WHERE id = %s",
+    "conversations_recent": (
+        f"SELECT {_INFO} FROM buffers AS b "
+        "WHERE (b.updated_at, b.id) < (%(u)s, %(i)s) "
+        "AND (%(s)s::text IS NULL OR b.scope = %(s)s) "
+        "AND (%(d)s::text IS NULL OR b.scope_id = %(d)s) "
+        "ORDER BY b.updated_at DESC, b.id DESC LIMIT %(n)s"
+    ),
+    "conversations_of": (
+        f"SELECT {_INFO} FROM buffers AS b "
+        "WHERE b.scope = %(s)s AND b.scope_id = %(d)s AND (b.updated_at, b.id) < (%(u)s, %(i)s) "
+        "ORDER BY b.updated_at DESC, b.id DESC LIMIT %(n)s"
+    ),
+    "fork_messages": (
+        "INSERT INTO messages "
+        "(buffer_id, position, id, role, content, content_parts, metadata, created_at, tally) "
+        f"SELECT %(t)s, position, {_NEW_ID}, role, content, content_parts, metadata, "
+        "created_at, %(k)s + row_number() OVER (ORDER BY position) FROM messages "
+        "WHERE buffer_id = %(s)s AND position > %(p)s AND position <= %(c)s "
+        "ORDER BY position LIMIT %(n)s"
+    ),
+    "count_through": "SELECT count(*) FROM messages WHERE buffer_id = %s AND position <= %s",
+    "fork_ledger": (
+        "INSERT INTO tool_calls (buffer_id, call_id, declared_by, ordinal, answered_by) "
+        "SELECT %(t)s, t.call_id, nd.id, t.ordinal, na.id FROM tool_calls AS t "
+        "JOIN messages AS od ON od.buffer_id = t.buffer_id AND od.id = t.declared_by "
+        "JOIN messages AS nd ON nd.buffer_id = %(t)s AND nd.position = od.position "
+        "LEFT JOIN messages AS oa ON oa.buffer_id = t.buffer_id AND oa.id = t.answered_by "
+        "LEFT JOIN messages AS na ON na.buffer_id = %(t)s AND na.position = oa.position "
+        "WHERE t.buffer_id = %(s)s AND od.position <= %(c)s"
+    ),
+    # --------------------------------------------------------- search (issue 13)
+    "search_enabled": "SELECT count(*) FROM pg_tables "
+    "WHERE schemaname = current_schema() AND tablename = 'message_search'",
+    "search": (
+        "SELECT b.scope, b.scope_id, b.key, m.id, m.role, "
+        "ts_headline('simple', flowdrop_message_text(m.content, m.content_parts), hit.q, "
+        "'StartSel=[, StopSel=], MaxWords=24, MinWords=8'), hit.score "
+        "FROM (SELECT s.message_id, q, ts_rank(s.document, q) AS score "
+        "FROM plainto_tsquery('simple', %(q)s) AS q, message_search AS s "
+        "JOIN buffers AS f ON f.id = s.buffer_id "
+        "WHERE s.document @@ q AND (%(s)s::text IS NULL OR f.scope = %(s)s) "
+        "AND (%(d)s::text IS NULL OR f.scope_id = %(d)s) "
+        "AND (%(k)s::text IS NULL OR f.key = %(k)s) "
+        "ORDER BY score DESC, s.message_id LIMIT %(n)s) AS hit "
+        "JOIN messages AS m ON m.id = hit.message_id JOIN buffers AS b ON b.id = m.buffer_id "
+        "ORDER BY hit.score DESC, hit.message_id"
+    ),
+    "search_count_messages": "SELECT count(*) FROM messages",
+    "search_run_end": (
+        "SELECT buffer_id, position FROM messages WHERE (buffer_id, position) > (%s, %s) "
+        "ORDER BY buffer_id, position LIMIT 1 OFFSET %s"
+    ),
+    "search_index_run": (
+        "INSERT INTO message_search (message_id, buffer_id, document) "
+        "SELECT id, buffer_id, to_tsvector('simple', body) FROM (SELECT id, buffer_id, "
+        "flowdrop_message_text(content, content_parts) AS body FROM messages "
+        "WHERE (buffer_id, position) > (%(b)s, %(p)s) "
+        "AND (%(e)s::bigint IS NULL OR (buffer_id, position) <= (%(e)s, %(f)s))) AS t "
+        "WHERE body <> ''"
+    ),
+    # The planner's statistics for the new table (the GIN index is kept as rows go in).
+    "search_finish": "ANALYZE message_search",
 }
 
 # Statements written with named parameters: the engine's positional rows map onto them.
@@ -340,6 +426,12 @@ _NAMED: dict[str, tuple[str, ...]] = {
     "evict_oldest": ("b", "n"),
     "session_list_all": ("w",),
     "session_list_for": ("u", "w"),
+    "conversations_recent": ("u", "i", "s", "d", "n"),
+    "conversations_of": ("u", "i", "s", "d", "n"),
+    "fork_messages": ("t", "s", "p", "k", "c", "n"),
+    "fork_ledger": ("t", "s", "c"),
+    "search": ("q", "s", "d", "k", "n"),
+    "search_index_run": ("b", "p", "e", "f"),
 }
 # Steps whose parameters name a message by id alone but PostgreSQL keys it by buffer.
 _LOCK_AT = (
@@ -518,6 +610,10 @@ class _PgTx(Tx):
 
     def remember(self, state: BufferState) -> None:
         """PostgreSQL reads the state under the row lock each time: nothing to keep."""
+
+    def script(self, sql: str) -> None:
+        self._send()  # what is queued goes first
+        self.conn.execute(sql.encode())
 
     def commit(self) -> None:
         """Send what is queued and the ``COMMIT`` in one pipeline: one round trip."""
@@ -899,7 +995,9 @@ TRIGGERS_SQL = (
 INDEXES_SQL = (
     "SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
     f"JOIN pg_class c ON c.oid = x.indrelid WHERE {_OURS} "
-    "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid)"
+    "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid "
+    # a foreign key names the index it references (the search table's does)
+    "AND k.conrelid = x.indrelid AND k.contype IN ('p', 'u', 'x'))"
 )
 OUR_TABLES = (list(_OUR_TABLES),)  # the parameters of TRIGGERS_SQL and INDEXES_SQL
 
@@ -919,9 +1017,22 @@ def _schema_violations(tx: _PgTx) -> list[Violation]:
 def schema_violations_of(triggers: set[str], indexes: set[str]) -> list[Violation]:
     """The schema check's findings for the triggers and indexes present on our tables."""
     found: list[Violation] = []
-    for kind, present in (("trigger", triggers), ("index", indexes)):
+    # The optional search index's triggers (postgresql_search.sql) are ours too,
+    # all of them once any is there.
+    search = frozenset(re.findall(r"CREATE TRIGGER (\w+)", _search_sql()))
+    if triggers & search:
+        for name in sorted(search - triggers):
+            found.append(Violation("schema", f"trigger {name} of the search index is missing"))
+    for kind, present in (("trigger", triggers - search), ("index", indexes)):
         for name in sorted(_declared(kind) - present):
             found.append(Violation("schema", f"{kind} {name} is missing"))
         for name in sorted(present - _declared(kind)):
             found.append(Violation("schema", f"{kind} {name} on our tables is not ours"))
     return found
+
+
+@functools.cache
+def _search_sql() -> str:
+    """The text of postgresql_search.sql (the optional search index)."""
+    folder = resources.files(__package__)
+    return folder.joinpath("postgresql_search.sql").read_text(encoding="utf-8")

@@ -39,7 +39,7 @@ from .._ids import id_blob, id_text
 from .._schema import prepare
 from .._sync_sql import SYNC_COMMON, SYNC_TABLES, content_md5, forget_replica
 from ..check import Violation, check_database
-from ..engine import BufferState
+from ..engine import BufferState, new_message_id_bytes
 from ..errors import (
     BackupTargetExists,
     FlowdropError,
@@ -68,6 +68,22 @@ _AT = (
 )
 # A buffer's count: the tally of its last row (schema.sql), NULL when it is empty.
 _TALLY = "SELECT tally FROM messages WHERE buffer_id = {} ORDER BY position DESC LIMIT 1"
+
+# A conversation as Buffer.info / Store.conversations give it (model.BufferInfo),
+# then the row id (the cursor's tie-break).
+_INFO = (
+    "b.scope, b.scope_id, b.key, b.title, b.metadata, b.created_at, b.updated_at, "
+    f"coalesce(({_TALLY.format('b.id')}), 0), b.id"
+)
+# A message's searchable text (search.sql indexes the same): a string content, or
+# the text of its text, input_text and output_text parts.
+_TEXT = (
+    "CASE WHEN content_parts = 0 THEN content ELSE coalesce((SELECT "
+    "group_concat(json_extract(value, '$.text'), ' ') FROM json_each(content) "
+    "WHERE json_type(value) = 'object' "
+    "AND json_extract(value, '$.type') IN ('text', 'input_text', 'output_text') "
+    "AND json_type(value, '$.text') = 'text'), '') END"
+)
 
 # The named statements of the engine and the handles, in SQLite's dialect
 # (backends/postgresql.py defines the same names; a test holds them together).
@@ -323,6 +339,82 @@ SQL: dict[str, str] = {
         "WHERE id IN (SELECT id_blob(value) FROM json_each(?))"
     ),
     **SYNC_COMMON,
+    # ------------------------------------------------ conversations (issue 13)
+    "buffer_info": (
+        "SELECT b.title, b.metadata, b.created_at, b.updated_at, "
+        f"coalesce(({_TALLY.format('b.id')}), 0) FROM buffers AS b "
+        "WHERE b.scope = ? AND b.scope_id = ? AND b.key = ?"
+    ),
+    "buffer_metadata": "SELECT metadata FROM buffers WHERE id = ?",
+    "set_title": "UPDATE buffers SET title = ? WHERE id = ?",
+    "set_metadata": "UPDATE buffers SET metadata = ? WHERE id = ?",
+    "delete_buffer": "DELETE FROM buffers WHERE id = ?",
+    # Most recently updated first, a page after the cursor (updated_at, id): a range
+    # of buffers_recent, so a page costs the same however many buffers there are.
+    # A scope filter skips the other scopes' rows it walks past.
+    "conversations_recent": (
+        f"SELECT {_INFO} FROM buffers AS b INDEXED BY buffers_recent "
+        "WHERE (b.updated_at, b.id) < (?1, ?2) "
+        "AND (?3 IS NULL OR b.scope = ?3) AND (?4 IS NULL OR b.scope_id = ?4) "
+        "ORDER BY b.updated_at DESC, b.id DESC LIMIT ?5"
+    ),
+    # One owner's conversations (scope and scope_id given): the address index
+    # yields them, then they are sorted (a cost of the owner's buffers only).
+    "conversations_of": (
+        f"SELECT {_INFO} FROM buffers AS b "
+        "WHERE b.scope = ?3 AND b.scope_id = ?4 AND (b.updated_at, b.id) < (?1, ?2) "
+        "ORDER BY b.updated_at DESC, b.id DESC LIMIT ?5"
+    ),
+    # A fork copies a run of rows at a time inside the database: positions and
+    # content as they are, new ids (flowdrop_new_id), the tally counted afresh.
+    "fork_messages": (
+        "INSERT INTO messages "
+        "(buffer_id, position, id, role, content, content_parts, metadata, created_at, tally) "
+        "SELECT ?1, position, flowdrop_new_id(), role, content, content_parts, metadata, "
+        "created_at, ?4 + row_number() OVER (ORDER BY position) FROM messages "
+        "WHERE buffer_id = ?2 AND position > ?3 AND position <= ?5 ORDER BY position LIMIT ?6"
+    ),
+    "count_through": "SELECT count(*) FROM messages WHERE buffer_id = ? AND position <= ?",
+    # The ledger of the copied rows, mapped by position (a fork keeps positions);
+    # a call answered after the cut is unanswered in the fork.
+    "fork_ledger": (
+        "INSERT INTO tool_calls (buffer_id, call_id, declared_by, ordinal, answered_by) "
+        "SELECT ?1, t.call_id, nd.id, t.ordinal, na.id FROM tool_calls AS t "
+        "JOIN messages AS od ON od.id = t.declared_by "
+        "JOIN messages AS nd ON nd.buffer_id = ?1 AND nd.position = od.position "
+        "LEFT JOIN messages AS oa ON oa.id = t.answered_by "
+        "LEFT JOIN messages AS na ON na.buffer_id = ?1 AND na.position = oa.position "
+        "WHERE t.buffer_id = ?2 AND od.position <= ?3"
+    ),
+    # --------------------------------------------------------- search (issue 13)
+    "search_enabled": (
+        "SELECT count(*) FROM sqlite_master WHERE name = 'message_search_text' AND type = 'table'"
+    ),
+    "search": (
+        "SELECT b.scope, b.scope_id, b.key, id_text(m.id), m.role, "
+        "snippet(message_search, 0, '[', ']', '...', 16), -bm25(message_search) "
+        "FROM message_search AS f JOIN message_search_text AS t ON t.id = f.rowid "
+        "JOIN messages AS m ON m.id = t.message_id JOIN buffers AS b ON b.id = m.buffer_id "
+        "WHERE message_search MATCH ?1 AND (?2 IS NULL OR b.scope = ?2) "
+        "AND (?3 IS NULL OR b.scope_id = ?3) AND (?4 IS NULL OR b.key = ?4) "
+        "ORDER BY bm25(message_search) LIMIT ?5"
+    ),
+    "search_count_messages": "SELECT count(*) FROM messages",
+    # enable_search indexes the messages a run at a time, in (buffer_id, position)
+    # order: the last key of the next run, then the run.
+    "search_run_end": (
+        "SELECT buffer_id, position FROM messages WHERE (buffer_id, position) > (?1, ?2) "
+        "ORDER BY buffer_id, position LIMIT 1 OFFSET ?3"
+    ),
+    "search_index_run": (
+        "INSERT INTO message_search_text (message_id, body) "
+        f"SELECT id, body FROM (SELECT id, buffer_id, position, {_TEXT} AS body FROM messages "
+        "WHERE (buffer_id, position) > (?1, ?2) "
+        "AND (?3 IS NULL OR (buffer_id, position) <= (?3, ?4)) "
+        "ORDER BY buffer_id, position) WHERE body <> ''"
+    ),
+    # FTS5 builds its index from the text table in one pass once every run is in.
+    "search_finish": "INSERT INTO message_search (message_search) VALUES ('rebuild')",
 }
 # Statements whose list parameter SQLite reads as a JSON array (json_each).
 _JSON_ARRAY_PARAMS = frozenset({"pairing_state", "used_ids", "sync_contents"})
@@ -346,12 +438,13 @@ os.register_at_fork(after_in_child=_forget_connections_after_fork)
 class _SqliteTx(Tx):
     """A transaction on the backend's connection (the backend's lock is held)."""
 
-    __slots__ = ("_backend", "_remembered", "conn")
+    __slots__ = ("_addresses", "_backend", "_remembered", "conn")
 
     def __init__(self, backend: SqliteBackend, conn: sqlite3.Connection) -> None:
         self._backend = backend
         self.conn = conn
-        self._remembered: list[BufferState] = []
+        self._remembered: list[tuple[tuple[str, str, str], BufferState]] = []
+        self._addresses: dict[int, tuple[str, str, str]] = {}
 
     def one(self, statement: str, params: Any = ()) -> Any:
         if statement in _JSON_ARRAY_PARAMS:
@@ -383,25 +476,32 @@ class _SqliteTx(Tx):
         self.conn.executemany(SQL[statement], rows)
 
     def open(self, statement: str, params: Any) -> BufferState:
-        scope, scope_id, key, known_id = params
-        conn = self.conn
-        buffer_id = known_id
-        if buffer_id is None:
-            row = conn.execute(SQL["find_buffer"], (scope, scope_id, key)).fetchone()
-            if row is None:
-                conn.execute(SQL["create_buffer"], (scope, scope_id, key))
-                row = conn.execute(SQL["find_buffer"], (scope, scope_id, key)).fetchone()
-            buffer_id = row[0]
-        cached = self._backend._tails.get(buffer_id)
+        # The cache is keyed by address and a miss looks the address up: a buffer
+        # can be deleted (Buffer.delete) and SQLite may give its row id to the next
+        # new buffer, so an id a handle remembers is not trusted on its own.
+        scope, scope_id, key, _known_id = params
+        address = (scope, scope_id, key)
+        cached = self._backend._tails.get(address)
         if cached is not None:
+            self._addresses[cached.id] = address
             return cached
+        conn = self.conn
+        row = conn.execute(SQL["find_buffer"], address).fetchone()
+        if row is None:
+            conn.execute(SQL["create_buffer"], address)
+            row = conn.execute(SQL["find_buffer"], address).fetchone()
+        buffer_id = row[0]
+        self._addresses[buffer_id] = address
         count, tail, dangling, updated = conn.execute(
             SQL["buffer_state"], (buffer_id,)
         ).fetchone()
         return BufferState(buffer_id, count or 0, tail, bool(dangling), updated)
 
     def remember(self, state: BufferState) -> None:
-        self._remembered.append(state)
+        self._remembered.append((self._addresses[state.id], state))
+
+    def script(self, sql: str) -> None:
+        self.conn.execute(sql)
 
 
 class _Write:
@@ -441,8 +541,8 @@ class _Write:
                     raise backend._translated(failure) from None
                 if self._keep_tails:
                     backend._changes = conn.total_changes
-                    for state in self._tx._remembered:
-                        backend._tails[state.id] = state
+                    for address, state in self._tx._remembered:
+                        backend._tails[address] = state
                 return
             backend._abort(conn)
             translated = backend._translated(error)
@@ -468,6 +568,8 @@ def register_functions(conn: sqlite3.Connection) -> None:
     conn.create_function("id_blob", 1, id_blob, deterministic=True)
     conn.create_function("id_text", 1, id_text, deterministic=True)
     conn.create_function("content_md5", 3, content_md5, deterministic=True)  # sync's digests
+    # A fork's new message ids, made inside its INSERT ... SELECT (not deterministic).
+    conn.create_function("flowdrop_new_id", 0, new_message_id_bytes)
 
 
 class SqliteBackend(Backend):
@@ -501,7 +603,7 @@ class SqliteBackend(Backend):
         self.durability = durability
         self.lock_warning_after = lock_warning_after
         self._lock = threading.RLock()
-        self._tails: dict[int, BufferState] = {}
+        self._tails: dict[tuple[str, str, str], BufferState] = {}
         self._data_version = -1
         self._changes = -1  # conn.total_changes when the tails were last right
         self._forked = False
