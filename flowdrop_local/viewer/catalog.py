@@ -5,10 +5,9 @@ of conversations, a page of one transcript, or search hits, each as JSON-ready
 data. So the listing and the search can change (a paged ``order="recent"``
 listing, FTS search) without the server or the page changing.
 
-Today's listing is temporary: ``store.buffers()`` gives every buffer in address
-order with its count; each buffer's last message gives its ``updated_at``
-(its ``created_at``), and the list is sorted newest first in memory, so one page
-costs one read per buffer. The opaque ``after`` cursor is an offset into that list.
+The listing is ``store.conversations()`` (most recently updated first, a keyset
+range of the recency index: one page costs the same however many buffers there
+are; its opaque cursor is passed through), and search is ``store.search()``.
 """
 
 from __future__ import annotations
@@ -29,9 +28,10 @@ SEARCH_HINT: Final = "search is not enabled: run `flowdrop-local search --enable
 # many messages at a time, so that a result is drawn next to its call.
 _WIDEN_STEP: Final = 50
 _MAX_WIDEN: Final = 2_000
-# A snippet marks each matched term as <mark>...</mark> (or \x02...\x03, FTS5's
-# snippet() markers of choice for text that may hold "<"); the rest is plain text.
-_MARK: Final = re.compile(r"<mark>(.*?)</mark>|\x02(.*?)\x03", re.DOTALL)
+# A snippet marks each matched term as [...] (store.search), <mark>...</mark> or
+# \x02...\x03; the rest is plain text. (A bracket the text itself holds may show
+# as a mark: the page only ever draws text, so that is cosmetic.)
+_MARK: Final = re.compile(r"<mark>(.*?)</mark>|\x02(.*?)\x03|\[([^\[\]\n]*)\]", re.DOTALL)
 
 
 def _address(value: object) -> list[str]:
@@ -56,7 +56,8 @@ def snippet_segments(snippet: str) -> list[dict[str, Any]]:
     for match in _MARK.finditer(snippet):
         if match.start() > at:
             segments.append({"text": snippet[at : match.start()], "mark": False})
-        segments.append({"text": match.group(1) or match.group(2) or "", "mark": True})
+        marked = match.group(1) or match.group(2) or match.group(3) or ""
+        segments.append({"text": marked, "mark": True})
         at = match.end()
     if at < len(snippet):
         segments.append({"text": snippet[at:], "mark": False})
@@ -74,30 +75,25 @@ class Catalog:
     def conversations(self, *, limit: int = 50, after: str | None = None) -> dict[str, Any]:
         """A page of conversations, newest first: ``{items, next}``.
 
-        Each item: ``address``, ``title`` (empty until buffers have titles), ``count``
-        and ``updated_at``. ``next`` is the cursor of the next page, or None.
+        Each item: ``address``, ``title``, ``count`` and ``updated_at``. ``next`` is
+        the cursor of the next page, or None.
 
         Raises:
             InvalidArgument: a bad ``limit`` or ``after``.
         """
-        limit = check_limit(limit)
-        start = _offset(after)
-        items: list[dict[str, Any]] = []
-        for ref in self.store.buffers():
-            last = self.store.buffer(ref.scope, ref.scope_id, ref.key).messages(1)
-            items.append(
+        page = self.store.conversations(limit=check_limit(limit), after=after or None)
+        return {
+            "items": [
                 {
-                    "address": [ref.scope, ref.scope_id, ref.key],
-                    "title": "",
-                    "count": ref.count,
-                    "updated_at": last[0].created_at if last else "",
+                    "address": [info.scope, info.scope_id, info.key],
+                    "title": info.title,
+                    "count": info.count,
+                    "updated_at": info.updated_at or "",
                 }
-            )
-        items.sort(key=lambda item: item["address"])
-        items.sort(key=lambda item: item["updated_at"], reverse=True)
-        page = items[start : start + limit]
-        more = start + limit < len(items)
-        return {"items": page, "next": str(start + limit) if more else None}
+                for info in page.items
+            ],
+            "next": page.next,
+        }
 
     # ------------------------------------------------------------- transcript
 
@@ -169,7 +165,7 @@ class Catalog:
             "hint": "",
             "hits": [
                 {
-                    "address": _address(_field(hit, "address")),
+                    "address": _address(_field(hit, "address") or hit),
                     "message_id": str(_field(hit, "message_id", "")),
                     "role": str(_field(hit, "role", "")),
                     "segments": snippet_segments(str(_field(hit, "snippet", ""))),
@@ -182,11 +178,3 @@ class Catalog:
 
 def _score(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) else None
-
-
-def _offset(after: str | None) -> int:
-    if after is None or after == "":
-        return 0
-    if not (after.isascii() and after.isdigit()) or len(after) > 18:
-        raise InvalidArgument(f"after must be a cursor this viewer gave, got {after!r}")
-    return int(after)
