@@ -34,7 +34,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -44,7 +44,7 @@ from .access import IDENTITY_SCOPES, SCOPES
 from .backends.base import Tx
 from .engine import drive, heal, remove_message
 from .errors import InvalidArgument, ReplicaConflict, shown
-from .rules.merge import Entry, Merged, merge
+from .rules.merge import Entry, Merged, Version, canonical, latest, merge, merge_session, stamp
 from .rules.pairing import declared_call_ids
 from .store import Store
 
@@ -63,6 +63,10 @@ class SyncReport:
     messages dropped and kept in ``flowdrop_sync_conflicts``; ``replaced``:
     placeholders a real result replaced (MEM-10); ``healed``: placeholders made
     after the merge (MEM-3); ``rekeyed``: messages given a new position.
+    ``memory_a_to_b``: memory values ``b`` took from ``a``; ``memory_deleted_on_a``:
+    keys deleted on ``a`` (a tombstone won); ``sessions_updated_on_a``: session rows
+    written on ``a``; ``viewer_a_to_b``/``viewer_deleted_on_a``: grants copied and
+    revoked.
     """
 
     a: str
@@ -80,6 +84,16 @@ class SyncReport:
     replaced: int = 0
     healed: int = 0
     rekeyed: int = 0
+    memory_a_to_b: int = 0
+    memory_b_to_a: int = 0
+    memory_deleted_on_a: int = 0
+    memory_deleted_on_b: int = 0
+    sessions_updated_on_a: int = 0
+    sessions_updated_on_b: int = 0
+    viewer_a_to_b: int = 0
+    viewer_b_to_a: int = 0
+    viewer_deleted_on_a: int = 0
+    viewer_deleted_on_b: int = 0
 
     @property
     def moved(self) -> int:
@@ -92,6 +106,16 @@ class SyncReport:
             + self.healed
             + self.replaced
             + self.rekeyed
+            + self.memory_a_to_b
+            + self.memory_b_to_a
+            + self.memory_deleted_on_a
+            + self.memory_deleted_on_b
+            + self.sessions_updated_on_a
+            + self.sessions_updated_on_b
+            + self.viewer_a_to_b
+            + self.viewer_b_to_a
+            + self.viewer_deleted_on_a
+            + self.viewer_deleted_on_b
             + sum(self.conflicts.values())
         )
 
@@ -171,9 +195,8 @@ def _now() -> str:
 
 def _ensure_tables(tx: Tx) -> str:
     """Make sync's tables if missing; return the replica id (made on first use)."""
-    if not tx.one("sync_tables")[0]:
-        for index in range(len(SYNC_TABLES)):
-            tx.run(f"sync_create_{index}")
+    for index in range(len(SYNC_TABLES)):  # IF NOT EXISTS: a store synced before
+        tx.run(f"sync_create_{index}")  # a table was added gets it now
     row = tx.one("sync_replica")
     if row is not None:
         return str(row[0])
@@ -201,8 +224,8 @@ def new_replica(store: Store) -> str:
 
 
 def enable(store: Store) -> str:
-    """Start tracking deletions now: record what every buffer holds (a sync does this
-    too). A message deleted before a store's first sync or ``enable`` is not known
+    """Start tracking deletions now: record what every buffer holds, every memory key
+    and every viewer grant (a sync does this too). A message deleted before a store's first sync or ``enable`` is not known
     as deleted; so enable a store before copying it (``backup``) for another device.
     Returns the replica id."""
     with store.backend.write() as tx:
@@ -212,6 +235,9 @@ def enable(store: Store) -> str:
         for address, buffer in _scan(tx, everything).items():
             if address not in known:
                 tx.run("sync_state_put", (*address, buffer.digest, " ".join(buffer.ids)))
+        for kind in (_MEMORY, _VIEWERS):
+            for key in kind.read(tx, everything):
+                tx.run("sync_kv_state_put", (kind.name, *key))
         return replica
 
 
@@ -453,13 +479,137 @@ def _run(a: _Side, b: _Side, order: list[_Side], scopes: _Scopes, report: _Repor
             report.add("buffers_merged", 1)
         for side in sides:
             _keep_state(side, address, final)
-    # 4. The high-water marks: each side now holds every tombstone the other has
+    # 4. Sessions (before their grants), viewer grants, memory: last writer wins.
+    _sync_sessions(a, b, scopes, report)
+    _sync_registers(a, b, _VIEWERS, scopes, report)
+    _sync_registers(a, b, _MEMORY, scopes, report)
+    # 5. The high-water marks: each side now holds every tombstone the other has
     # (those it sent, received and made in the merges). A scoped sync moves no mark:
     # the tombstones it skipped must still come later.
     for source, target in ((a, b), (b, a)):
         row = target.tx.one("sync_peer", (source.replica,))
         mark = source.seq if scopes.everything else (0 if row is None else int(row[0]))
         target.tx.run("sync_peer_put", (source.replica, mark, _now()))
+
+
+Key = tuple[str, str, str]
+
+
+@attrs.frozen
+class _Kind:
+    """A keyed value that syncs by last writer wins, with deletions as tombstones."""
+
+    name: str  # the report's prefix and the kv tables' kind
+    read: Callable[[Tx, _Scopes], dict[Key, tuple[Version, tuple[Any, ...]]]]
+    put: Callable[[Tx, tuple[Any, ...]], None]
+    drop: Callable[[Tx, Key], object]
+
+
+def _read_memory(tx: Tx, scopes: _Scopes) -> dict[Key, tuple[Version, tuple[Any, ...]]]:
+    found = {}
+    for row in tx.all("export_memory"):
+        key = (str(row[0]), str(row[1]), str(row[2]))
+        if key in scopes:
+            found[key] = (Version(stamp(str(row[5])), False, canonical(str(row[3]))), tuple(row))
+    return found
+
+
+def _put_memory(tx: Tx, row: tuple[Any, ...]) -> None:
+    tx.run("memory_remove", row[:3])
+    tx.run("import_memory", row)
+
+
+def _read_viewers(tx: Tx, scopes: _Scopes) -> dict[Key, tuple[Version, tuple[Any, ...]]]:
+    found = {}
+    for session_id, user_id, granted_at in tx.all("export_viewer"):
+        if ("session", session_id) in scopes:
+            row = (str(session_id), str(user_id), str(granted_at))
+            found[(row[0], row[1], "")] = (Version(stamp(row[2]), False, ""), row)
+    return found
+
+
+def _put_viewer(tx: Tx, row: tuple[Any, ...]) -> None:
+    tx.run("viewer_remove", row[:2])
+    tx.run("import_viewer", row)
+
+
+_MEMORY = _Kind("memory", _read_memory, _put_memory, lambda tx, k: tx.run("memory_remove", k))
+_VIEWERS = _Kind("viewer", _read_viewers, _put_viewer, lambda tx, k: tx.run("viewer_remove", k[:2]))
+
+
+def _sync_registers(a: _Side, b: _Side, kind: _Kind, scopes: _Scopes, report: _Report) -> None:
+    """Memory values or viewer grants: a key that was there at the last sync and is
+    gone becomes a tombstone stamped now (sync finds deletions, it is not told of
+    them); then per key the :func:`~flowdrop_local.rules.merge.latest` version of the
+    two sides goes to both."""
+    now = stamp(_now())
+    rows: dict[str, dict[Key, tuple[Version, tuple[Any, ...]]]] = {}
+    tombs: dict[str, dict[Key, Version]] = {}
+    for side in (a, b):
+        found = kind.read(side.tx, scopes)
+        dead = {
+            (str(r[0]), str(r[1]), str(r[2])): Version(stamp(str(r[3])), True, "")
+            for r in side.tx.all("sync_kv_tombstones", (kind.name,))
+        }
+        for r in side.tx.all("sync_kv_state", (kind.name,)):
+            key = (str(r[0]), str(r[1]), str(r[2]))
+            if key not in found and _in_scope(kind, key, scopes):  # deleted here since
+                dead[key] = Version(now, True, "")
+                side.tx.run("sync_kv_tombstone_put", (kind.name, *key, now))
+        rows[side.label], tombs[side.label] = found, dead
+    keys = sorted(set(rows["a"]) | set(rows["b"]) | set(tombs["a"]) | set(tombs["b"]))
+    for key in keys:
+        if not _in_scope(kind, key, scopes):
+            continue
+        held = {
+            side.label: latest(rows[side.label].get(key, (None,))[0], tombs[side.label].get(key))
+            for side in (a, b)
+        }
+        winner = latest(*held.values())
+        assert winner is not None
+        for side, other in ((a, b), (b, a)):
+            tx = side.tx
+            if winner.deleted:
+                if key in rows[side.label]:
+                    kind.drop(tx, key)
+                    report.add(f"{kind.name}_deleted_on_{side.label}", 1)
+                if tombs[side.label].get(key) != winner:
+                    tx.run("sync_kv_tombstone_put", (kind.name, *key, winner.stamp))
+                tx.run("sync_kv_state_drop", (kind.name, *key))
+                continue
+            if held[side.label] != winner:
+                kind.put(tx, rows[other.label][key][1])
+                report.add(f"{kind.name}_{other.label}_to_{side.label}", 1)
+            if key in tombs[side.label]:
+                tx.run("sync_kv_tombstone_drop", (kind.name, *key))
+            tx.run("sync_kv_state_put", (kind.name, *key))
+
+
+def _in_scope(kind: _Kind, key: Key, scopes: _Scopes) -> bool:
+    return ("session", key[0]) in scopes if kind is _VIEWERS else key in scopes
+
+
+def _sync_sessions(a: _Side, b: _Side, scopes: _Scopes, report: _Report) -> None:
+    """Session rows (only when the ``session`` scope or the session's id is named):
+    :func:`~flowdrop_local.rules.merge.merge_session` of the two rows, on both sides.
+    Deleting a session is not synced (no API deletes one)."""
+    held: dict[str, dict[str, tuple[Any, ...]]] = {}
+    for side in (a, b):
+        rows = side.tx.all("export_session")
+        held[side.label] = {str(r[0]): tuple(r) for r in rows if ("session", r[0]) in scopes}
+    for session_id in sorted(set(held["a"]) | set(held["b"])):
+        x, y = held["a"].get(session_id), held["b"].get(session_id)
+        merged = merge_session(x, y) if x is not None and y is not None else (x or y)
+        assert merged is not None
+        for side in (a, b):
+            current = held[side.label].get(session_id)
+            if current == merged:
+                continue
+            if current is None:
+                side.tx.run("import_session", merged)
+            else:
+                side.tx.run("sync_session_update", (*merged[1:], session_id))
+            report.add(f"sessions_updated_on_{side.label}", 1)
 
 
 def _keep_state(side: _Side, address: Address, rows: list[tuple[str, str, str]]) -> None:

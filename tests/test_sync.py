@@ -534,3 +534,96 @@ def test_cli_sync_json_and_dry_run(tmp_path: Path) -> None:
         cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "--scope", "planet"]
     )
     assert bad.exit_code == 2 and "unknown scope" in bad.output
+
+
+# ---------------------------------------------------------------------- memory
+
+GONE = object()  # the key is deleted on both sides
+
+
+def _memory(store: Store) -> list[tuple[Any, ...]]:
+    with store.backend.read() as tx:
+        return [tuple(row) for row in tx.all("export_memory")]
+
+
+def _stamp_memory(path: Path, moment: str) -> None:
+    """Give every memory row one updated_at (a tie), behind the library."""
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE memory SET updated_at = ?", (moment,))
+
+
+# (steps in time order, the value both sides read afterwards). A step: (side, "set", v),
+# (side, "del"), (side, "notice"): a sync of that side with a third copy, which finds
+# its deletions; ("tie", v_a, v_b): both set at the same updated_at.
+MEMORY_CASES = [
+    pytest.param([("a", "set", 1)], 1, id="set on one side: the other takes it"),
+    pytest.param([("a", "set", 1), ("b", "set", 2)], 2, id="set on both: b's later set wins"),
+    pytest.param([("b", "set", 2), ("a", "set", 1)], 1, id="set on both: a's later set wins"),
+    pytest.param([("tie", 1, 2)], 2, id="a tie: the greater JSON text (2) wins"),
+    pytest.param([("tie", {"z": 1}, "x")], {"z": 1}, id="a tie: '{...}' > '\"x\"' wins"),
+    pytest.param([("b", "set", 3), ("a", "del")], GONE, id="a set, then a later delete: gone"),
+    pytest.param(
+        [("a", "del"), ("a", "notice"), ("b", "set", 3)],
+        3,
+        id="a delete a sync found, then a later set: the set wins",
+    ),
+    pytest.param(
+        [("a", "del"), ("b", "set", 3)],
+        GONE,
+        id="a delete, a later set, no sync between: the delete wins (stamped when found)",
+    ),
+    pytest.param([("a", "del"), ("b", "del")], GONE, id="deleted on both"),
+]
+
+
+@pytest.mark.parametrize(("steps", "value"), MEMORY_CASES)
+@pytest.mark.parametrize("swap", [False, True], ids=["sync(a,b)", "sync(b,a)"])
+def test_memory_last_writer_wins(tmp_path: Path, steps: Any, value: Any, swap: bool) -> None:
+    """Memory values sync by updated_at; deletions are tombstones; ties break by JSON text."""
+    a = Store(str(tmp_path / "a.db"))
+    a.memory_set(None, "global", "k", 0)
+    enable(a)
+    a.backup(str(tmp_path / "b.db"))
+    a.backup(str(tmp_path / "c.db"))
+    b, c = Store(str(tmp_path / "b.db")), Store(str(tmp_path / "c.db"))
+    side = {"a": a, "b": b}
+    for step in steps:
+        time.sleep(0.003)
+        if step[0] == "tie":
+            a.memory_set(None, "global", "k", step[1])
+            b.memory_set(None, "global", "k", step[2])
+            _stamp_memory(tmp_path / "a.db", "2030-01-01T00:00:00.000Z")
+            _stamp_memory(tmp_path / "b.db", "2030-01-01T00:00:00.000Z")
+        elif step[1] == "set":
+            side[step[0]].memory_set(None, "global", "k", step[2])
+        elif step[1] == "del":
+            side[step[0]].memory_delete(None, "global", "k")
+        else:
+            sync(side[step[0]], c)
+    sync(b, a) if swap else sync(a, b)
+    for store in (a, b):
+        read = store.memory_get(None, "global", "k")
+        assert (read.value if read.found else GONE) == value
+        assert store.check() == []
+    assert _memory(a) == _memory(b)
+    assert sync(a, b).moved == 0
+
+
+def test_memory_of_an_identity_moves_only_when_named(tmp_path: Path) -> None:
+    """Memory lives in the buffers' (scope, scope_id) slots: the same default."""
+    from flowdrop_local import ExecutionContext
+
+    a, b = pair(tmp_path)
+    for uid in ("42", "7"):
+        a.memory_set(ExecutionContext(user_id=uid), "user", "tone", uid)
+    a.memory_set(None, "workflow", "w", "shared")  # no workflow: the shared slot
+    report = sync(a, b)
+    assert [r[0] for r in _memory(b)] == ["workflow"] and report.memory_a_to_b == 1
+    sync(a, b, scopes="user:42")
+    assert [(r[0], r[1]) for r in _memory(b)] == [("user", "42"), ("workflow", "")]
+    a.memory_delete(ExecutionContext(user_id="42"), "user", "tone")
+    assert sync(a, b).memory_deleted_on_b == 0  # not named: the delete waits
+    assert sync(a, b, scopes=[("user", "42")]).memory_deleted_on_b == 1
+    assert [r[0] for r in _memory(b)] == ["workflow"]
