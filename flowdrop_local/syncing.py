@@ -225,9 +225,9 @@ def new_replica(store: Store) -> str:
 
 def enable(store: Store) -> str:
     """Start tracking deletions now: record what every buffer holds, every memory key
-    and every viewer grant (a sync does this too). A message deleted before a store's first sync or ``enable`` is not known
-    as deleted; so enable a store before copying it (``backup``) for another device.
-    Returns the replica id."""
+    and every viewer grant (a sync does this too). A message deleted before a store's
+    first sync or ``enable`` is not known as deleted; so enable a store before copying
+    it (``backup``) for another device. Returns the replica id."""
     with store.backend.write() as tx:
         replica = _ensure_tables(tx)
         everything = _Scopes(["all"])
