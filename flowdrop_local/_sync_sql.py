@@ -20,7 +20,9 @@ touches them.
   ``edit``: one message changed two ways), with the whole message, for the user.
 * ``flowdrop_sync_kv_state``: the memory keys (``kind`` 'memory': scope, scope_id,
   key) and viewer grants ('viewer': session id, user id, '') present at the last
-  sync: one there then and gone now was deleted (revoked) here.
+  sync: one there then and gone now was deleted (revoked) here; and ('session':
+  id, the row as JSON, '') each session row as of the last sync, the base of a
+  field-by-field merge.
 * ``flowdrop_sync_kv_tombstones``: those deletions, with the time the sync found
   them (last writer wins against values by that time).
 """
@@ -94,6 +96,7 @@ SYNC_COMMON: dict[str, str] = {
     "sync_kv_state_drop": (
         "DELETE FROM flowdrop_sync_kv_state WHERE kind = ? AND k1 = ? AND k2 = ? AND k3 = ?"
     ),
+    "sync_kv_state_forget": "DELETE FROM flowdrop_sync_kv_state WHERE kind = ? AND k1 = ?",
     "sync_kv_tombstones": (
         "SELECT k1, k2, k3, deleted_at FROM flowdrop_sync_kv_tombstones WHERE kind = ?"
     ),

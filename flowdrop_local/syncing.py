@@ -238,6 +238,9 @@ def enable(store: Store) -> str:
         for kind in (_MEMORY, _VIEWERS):
             for key in kind.read(tx, everything):
                 tx.run("sync_kv_state_put", (kind.name, *key))
+        for row in tx.all("export_session"):
+            tx.run("sync_kv_state_forget", ("session", row[0]))
+            tx.run("sync_kv_state_put", ("session", row[0], json.dumps(list(row)), ""))
         return replica
 
 
@@ -597,19 +600,31 @@ def _sync_sessions(a: _Side, b: _Side, scopes: _Scopes, report: _Report) -> None
     for side in (a, b):
         rows = side.tx.all("export_session")
         held[side.label] = {str(r[0]): tuple(r) for r in rows if ("session", r[0]) in scopes}
+    bases: dict[str, dict[str, tuple[Any, ...]]] = {
+        side.label: {
+            str(r[0]): tuple(json.loads(r[1])) for r in side.tx.all("sync_kv_state", ("session",))
+        }
+        for side in (a, b)
+    }
     for session_id in sorted(set(held["a"]) | set(held["b"])):
         x, y = held["a"].get(session_id), held["b"].get(session_id)
-        merged = merge_session(x, y) if x is not None and y is not None else (x or y)
+        base = bases["a"].get(session_id)
+        if base != bases["b"].get(session_id):
+            base = None  # the two last synced apart: no common base
+        merged = merge_session(x, y, base) if x is not None and y is not None else (x or y)
         assert merged is not None
         for side in (a, b):
             current = held[side.label].get(session_id)
-            if current == merged:
-                continue
-            if current is None:
-                side.tx.run("import_session", merged)
-            else:
-                side.tx.run("sync_session_update", (*merged[1:], session_id))
-            report.add(f"sessions_updated_on_{side.label}", 1)
+            if current != merged:
+                if current is None:
+                    side.tx.run("import_session", merged)
+                else:
+                    side.tx.run("sync_session_update", (*merged[1:], session_id))
+                report.add(f"sessions_updated_on_{side.label}", 1)
+            if bases[side.label].get(session_id) != merged:
+                side.tx.run("sync_kv_state_forget", ("session", session_id))
+                row = json.dumps(list(merged))
+                side.tx.run("sync_kv_state_put", ("session", session_id, row, ""))
 
 
 def _keep_state(side: _Side, address: Address, rows: list[tuple[str, str, str]]) -> None:

@@ -627,3 +627,154 @@ def test_memory_of_an_identity_moves_only_when_named(tmp_path: Path) -> None:
     assert sync(a, b).memory_deleted_on_b == 0  # not named: the delete waits
     assert sync(a, b, scopes=[("user", "42")]).memory_deleted_on_b == 1
     assert [r[0] for r in _memory(b)] == ["workflow"]
+
+
+# -------------------------------------------------------------------- sessions
+
+OWNER = "u1"
+
+
+def _sessions_pair(tmp_path: Path) -> tuple[Store, Store, Store, str]:
+    """a, b and c: copies of one store holding one session (owner u1), enabled."""
+    from flowdrop_local import Principal
+
+    a = Store(str(tmp_path / "a.db"))
+    sid = a.sessions(Principal(OWNER)).create("wf").id
+    enable(a)
+    for name in ("b", "c"):
+        a.backup(str(tmp_path / f"{name}.db"))
+    return a, Store(str(tmp_path / "b.db")), Store(str(tmp_path / "c.db")), sid
+
+
+def _session(store: Store, sid: str) -> Any:
+    from flowdrop_local import Principal
+
+    return store.sessions(Principal(OWNER)).get(sid)
+
+
+# (what a does, then what b does later, the merged (status, conversation))
+SESSION_CASES = [
+    pytest.param(["stop"], [], ("stopped", 0), id="one side stops: stopped"),
+    pytest.param(["stop"], ["reset"], ("stopped", 1), id="a stops, b resets later: both fields"),
+    pytest.param(["reset"], ["reset"], ("active", 1), id="both reset apart: one conversation-1"),
+    pytest.param(["reset", "reset"], ["reset"], ("active", 2), id="counter: the greater"),
+    pytest.param(
+        ["stop"],
+        ["stop", "resume"],
+        ("stopped", 0),
+        id="b stopped and resumed: its status is the base's, a's stop stands",
+    ),
+    pytest.param(["name:x"], ["name:y"], ("active", 0), id="name set on both: the later row's"),
+    pytest.param(["name:y"], ["name:x"], ("active", 0), id="name set on both: a's is later"),
+]
+
+
+def _rename(store: Store, sid: str, name: str) -> None:
+    """A field no API changes (an admin tool's edit), behind the library."""
+    import sqlite3
+
+    with sqlite3.connect(store.path) as conn:
+        conn.execute(
+            "UPDATE sessions SET name = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
+            "WHERE id = ?",
+            (name, sid),
+        )
+
+
+@pytest.mark.parametrize(("on_a", "on_b", "merged"), SESSION_CASES)
+@pytest.mark.parametrize("swap", [False, True], ids=["sync(a,b)", "sync(b,a)"])
+def test_session_rows_merge_field_by_field(
+    tmp_path: Path, on_a: list[str], on_b: list[str], merged: tuple[str, int], swap: bool
+) -> None:
+    """A field one side changed takes that side's value; both changed: the row
+    written last; the conversation counter takes the max."""
+    from flowdrop_local import Principal
+
+    a, b, _, sid = _sessions_pair(tmp_path)
+    for store, actions in ((a, on_a), (b, on_b)):
+        for action in actions:
+            time.sleep(0.003)
+            if action.startswith("name:"):
+                _rename(store, sid, action[5:])
+            else:
+                getattr(store.sessions(Principal(OWNER)), action)(sid)
+    sync(b, a, scopes="session") if swap else sync(a, b, scopes="session")
+    renamed = [action[5:] for action in on_a + on_b if action.startswith("name:")]
+    for store in (a, b):
+        found = _session(store, sid)
+        assert (found.status, found.conversation) == merged
+        assert found.name == (renamed[-1] if renamed else "")  # b wrote last
+    with a.backend.read() as tx_a, b.backend.read() as tx_b:
+        assert tx_a.all("export_session") == tx_b.all("export_session")
+    assert sync(a, b, scopes="session").moved == 0
+
+
+def test_two_resets_apart_merge_as_one_conversation(tmp_path: Path) -> None:
+    """Both sides reset the session and drove it: conversation-1 is one buffer holding
+    both devices' turns as two contiguous blocks, by the buffer rules."""
+    from flowdrop_local import Principal
+
+    a, b, _, sid = _sessions_pair(tmp_path)
+    for store, tag in ((a, "a"), (b, "b")):
+        time.sleep(0.003)
+        api = store.sessions(Principal(OWNER))
+        api.reset(sid)
+        api.drive(sid, [user(f"{tag} asks"), said(f"{tag} answers")])
+    report = sync(a, b, scopes=[("session", sid)])
+    assert report.sent_a_to_b == 2 and report.sent_b_to_a == 2
+    for store in (a, b):
+        assert _session(store, sid).conversation == 1
+        messages = store.sessions(Principal(OWNER)).messages(sid)
+        assert [m.content for m in messages] == ["a asks", "a answers", "b asks", "b answers"]
+        assert store.check() == []
+    assert rows(a) == rows(b)
+
+
+def test_sessions_move_only_when_named(tmp_path: Path) -> None:
+    """Default: no session row, grant or session buffer moves; 'session:ID' moves that one."""
+    from flowdrop_local import Principal
+
+    a, b = pair(tmp_path)
+    api = a.sessions(Principal(OWNER))
+    one, two = api.create("wf").id, api.create("wf").id
+    api.grant(one, "u2")
+    sync(a, b)
+    with b.backend.read() as tx:
+        assert tx.all("export_session") == []
+    sync(a, b, scopes=f"session:{one}")
+    with b.backend.read() as tx:
+        assert [r[0] for r in tx.all("export_session")] == [one]
+        assert [tuple(r[:2]) for r in tx.all("export_viewer")] == [(one, "u2")]
+    assert two != one
+
+
+def _viewers(store: Store, sid: str) -> list[str]:
+    from flowdrop_local import Principal
+
+    return list(store.sessions(Principal(OWNER)).viewers(sid))
+
+
+def test_grants_union_and_a_revoke_never_comes_back(tmp_path: Path) -> None:
+    """Grants made apart are both kept; a revoke (a grant there at the last sync and
+    gone) is a tombstone: a third replica still holding the grant cannot bring it
+    back (MEM-15); a grant made after the revoke was found stands."""
+    from flowdrop_local import Principal
+
+    a, b, c, sid = _sessions_pair(tmp_path)
+    a.sessions(Principal(OWNER)).grant(sid, "u2")
+    b.sessions(Principal(OWNER)).grant(sid, "u3")
+    sync(a, b, scopes="session")
+    assert _viewers(a, sid) == _viewers(b, sid) == ["u2", "u3"]
+    sync(b, c, scopes="session")
+    assert _viewers(c, sid) == ["u2", "u3"]
+    a.sessions(Principal(OWNER)).revoke(sid, "u2")
+    report = sync(b, a, scopes="session")
+    assert report.viewer_deleted_on_a == 1 and _viewers(b, sid) == ["u3"]
+    sync(c, b, scopes="session")  # c still held u2's grant
+    assert _viewers(b, sid) == _viewers(c, sid) == ["u3"]
+    sync(a, c, scopes="session")
+    assert _viewers(a, sid) == ["u3"]
+    time.sleep(0.003)
+    c.sessions(Principal(OWNER)).grant(sid, "u2")  # granted again, after the revoke
+    sync(c, a, scopes="session")
+    assert _viewers(a, sid) == ["u2", "u3"]

@@ -311,17 +311,28 @@ SessionRow = tuple[Any, ...]  # id, workflow_id, name, owner_id, status, convers
 # metadata, created_at, updated_at (the order of the export statements)
 
 
-def merge_session(x: SessionRow, y: SessionRow) -> SessionRow:
-    """One session as both sides will hold it: the fields of the row written last
-    (by ``updated_at``; at a tie the greater canonical text of the fields); the
-    ``conversation`` counter the greater of the two (two sides that reset apart both
-    made ``conversation-<n+1>``, which then merge as one buffer); the earlier
-    ``created_at``."""
+def merge_session(x: SessionRow, y: SessionRow, base: SessionRow | None = None) -> SessionRow:
+    """One session as both sides will hold it, field by field: a field only one side
+    changed since ``base`` (the row at the two stores' last sync) takes that side's
+    value; a field both changed (or any field, without a base) takes the value of
+    the row written last (by ``updated_at``; at a tie the greater canonical text of
+    the fields). The ``conversation`` counter is the greater of the two (two sides
+    that reset apart both made ``conversation-<n+1>``, which then merge as one
+    buffer); ``created_at`` the earlier, ``updated_at`` the later."""
 
     def order(row: SessionRow) -> tuple[str, str]:
         return stamp(str(row[8])), json.dumps([str(v) for v in row[1:7]])
 
-    winner = max(x, y, key=order)
+    later, earlier = (x, y) if order(x) >= order(y) else (y, x)
+    fields = []
+    for i in (1, 2, 3, 4, 6):  # workflow_id, name, owner_id, status, metadata
+        if base is not None and earlier[i] == base[i]:
+            fields.append(later[i])
+        elif base is not None and later[i] == base[i]:
+            fields.append(earlier[i])
+        else:
+            fields.append(later[i])
+    workflow_id, name, owner_id, status, metadata = fields
     created = min(str(x[7]), str(y[7]), key=stamp)
     conversation = max(int(x[5]), int(y[5]))
-    return (*winner[:5], conversation, winner[6], created, winner[8])
+    return (x[0], workflow_id, name, owner_id, status, conversation, metadata, created, later[8])
