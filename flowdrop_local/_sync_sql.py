@@ -15,6 +15,9 @@ touches them.
   sequence ``seq`` (the change sequence peers keep a high-water mark of).
 * ``flowdrop_sync_peers``: per peer replica, the highest ``seq`` of its tombstones
   this store has received.
+* ``flowdrop_sync_acks``: per peer, the highest ``seq`` of this store's tombstones
+  that peer has received (its mark of this store, learnt at a full sync):
+  tombstones every known peer has received are compacted.
 * ``flowdrop_sync_conflicts``: what a merge dropped that was not a duplicate
   (MEM-1: a second real result; MEM-2: a turn whose calls the other side declared;
   ``edit``: one message changed two ways), with the whole message, for the user.
@@ -52,6 +55,8 @@ SYNC_TABLES: tuple[str, ...] = (
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_kv_tombstones (kind TEXT NOT NULL, "
     "k1 TEXT NOT NULL, k2 TEXT NOT NULL, k3 TEXT NOT NULL, deleted_at TEXT NOT NULL, "
     "PRIMARY KEY (kind, k1, k2, k3))",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_acks "
+    "(peer TEXT PRIMARY KEY, acked BIGINT NOT NULL)",
 )
 
 SYNC_COMMON: dict[str, str] = {
@@ -76,7 +81,20 @@ SYNC_COMMON: dict[str, str] = {
         "WHERE seq > ? ORDER BY seq"
     ),
     "sync_tombstone_ids": "SELECT id FROM flowdrop_sync_tombstones",
-    "sync_last_seq": "SELECT coalesce(max(seq), 0) FROM flowdrop_sync_tombstones",
+    # The sequence never goes back below a mark a peer holds, compacted or not.
+    "sync_last_seq": (
+        "SELECT coalesce(max(n), 0) FROM (SELECT seq AS n FROM flowdrop_sync_tombstones "
+        "UNION ALL SELECT acked AS n FROM flowdrop_sync_acks) AS s"
+    ),
+    "sync_ack_put": (
+        "INSERT INTO flowdrop_sync_acks (peer, acked) VALUES (?, ?) "
+        "ON CONFLICT (peer) DO UPDATE SET acked = excluded.acked"
+    ),
+    "sync_compact_floor": (
+        "SELECT min(coalesce(k.acked, 0)) FROM flowdrop_sync_peers AS p "
+        "LEFT JOIN flowdrop_sync_acks AS k ON k.peer = p.peer"
+    ),
+    "sync_compact": "DELETE FROM flowdrop_sync_tombstones WHERE seq <= ?",
     "sync_peer": "SELECT received FROM flowdrop_sync_peers WHERE peer = ?",
     "sync_peer_put": (
         "INSERT INTO flowdrop_sync_peers (peer, received, synced_at) VALUES (?, ?, ?) "

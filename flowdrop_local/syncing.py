@@ -66,7 +66,8 @@ class SyncReport:
     ``memory_a_to_b``: memory values ``b`` took from ``a``; ``memory_deleted_on_a``:
     keys deleted on ``a`` (a tombstone won); ``sessions_updated_on_a``: session rows
     written on ``a``; ``viewer_a_to_b``/``viewer_deleted_on_a``: grants copied and
-    revoked.
+    revoked. ``tombstones_compacted_on_a``: tombstones every known peer of ``a`` has
+    received, dropped (not counted in ``moved``: no message changes).
     """
 
     a: str
@@ -94,6 +95,8 @@ class SyncReport:
     viewer_b_to_a: int = 0
     viewer_deleted_on_a: int = 0
     viewer_deleted_on_b: int = 0
+    tombstones_compacted_on_a: int = 0
+    tombstones_compacted_on_b: int = 0
 
     @property
     def moved(self) -> int:
@@ -493,6 +496,15 @@ def _run(a: _Side, b: _Side, order: list[_Side], scopes: _Scopes, report: _Repor
         row = target.tx.one("sync_peer", (source.replica,))
         mark = source.seq if scopes.everything else (0 if row is None else int(row[0]))
         target.tx.run("sync_peer_put", (source.replica, mark, _now()))
+        if scopes.everything:
+            source.tx.run("sync_ack_put", (target.replica, mark))
+    # 6. Compaction: a tombstone every peer this store has synced with has received
+    # is needed by none of them (each deleted the message and holds its own tombstone).
+    for side in sides:
+        floor = side.tx.one("sync_compact_floor")[0]
+        if floor:
+            compacted = side.tx.run("sync_compact", (floor,))
+            report.add(f"tombstones_compacted_on_{side.label}", compacted)
 
 
 Key = tuple[str, str, str]

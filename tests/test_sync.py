@@ -778,3 +778,88 @@ def test_grants_union_and_a_revoke_never_comes_back(tmp_path: Path) -> None:
     c.sessions(Principal(OWNER)).grant(sid, "u2")  # granted again, after the revoke
     sync(c, a, scopes="session")
     assert _viewers(a, sid) == ["u2", "u3"]
+
+
+# ------------------------------------------------------------- edits, compaction
+
+
+def _tombstones(store: Store) -> list[str]:
+    with store.backend.read() as tx:
+        return sorted(str(r[0]) for r in tx.all("sync_tombstone_ids"))
+
+
+@pytest.mark.parametrize("edit", ["placeholder", "admin"])
+@pytest.mark.parametrize("swap", [False, True], ids=["sync(a,b)", "sync(b,a)"])
+def test_a_message_edited_two_ways(tmp_path: Path, edit: str, swap: bool) -> None:
+    """One id, different content on each side. placeholder: both held the healed
+    placeholder, b's late real result filled it in place (same id): the real result
+    wins, no conflict (MEM-10). admin: an administrator edited the same message
+    differently on each side: the version with the lower fingerprint is kept on
+    both, the other is kept in the conflicts table (rule 'edit'), whichever side is a."""
+    from flowdrop_local import Principal
+    from flowdrop_local._sync_sql import content_md5
+
+    a = Store(str(tmp_path / "a.db"))
+    sid = a.sessions(Principal(OWNER)).create("wf").id
+    a.sessions(Principal(OWNER)).drive(sid, [user("q"), call("c1"), user("again")])
+    enable(a)
+    a.backup(str(tmp_path / "b.db"))
+    b = Store(str(tmp_path / "b.db"))
+    if edit == "placeholder":
+        b.sessions(Principal(OWNER)).drive(sid, result("c1", "real"))
+        kept = [("user", "q"), ("assistant", ""), ("tool", "real"), ("user", "again")]
+        edited = {m.id: m for m in b.sessions(Principal(OWNER)).messages(sid)}
+        assert len(edited) == 4  # filled in place: the placeholder's id, new content
+    else:
+        (target,) = [m for m in a.sessions(Principal(OWNER)).messages(sid) if m.content == "q"]
+        admin = Principal("root", admin=True)
+        a.sessions(admin).update_message(target.id, "edited on a")
+        b.sessions(admin).update_message(target.id, "edited on b")
+        versions = {}
+        for store in (a, b):
+            with store.backend.read() as tx:
+                _, _, _, content, parts, metadata, _ = tx.one("message_by_id", (target.id,))
+            versions[content_md5(content, metadata, parts)] = content
+        winner = versions[min(versions)]
+        placeholder = ("tool", PLACEHOLDER_CONTENT)
+        kept = [("user", winner), ("assistant", ""), placeholder, ("user", "again")]
+    report = sync(b, a, scopes="session") if swap else sync(a, b, scopes="session")
+    for store in (a, b):
+        messages = store.sessions(Principal(OWNER)).messages(sid)
+        assert [(m.role, m.content) for m in messages] == kept
+        assert store.check() == []
+        found = conflicts(store)
+        if edit == "placeholder":
+            assert found == [] and report.replaced == 1
+        else:
+            (conflict,) = found
+            assert conflict["rule"] == "edit"
+            (lost,) = {"edited on a", "edited on b"} - {winner}
+            assert conflict["message"]["content"] == lost
+    assert rows(a) == rows(b)
+
+
+def test_tombstones_every_known_peer_received_are_compacted(tmp_path: Path) -> None:
+    """a knows b and c: a deletion's tombstone stays on a until both received it in a
+    sync of everything, then goes; peers that sync afterwards (c with b, b with a)
+    still never get the message back. A scoped sync (the default too) moves no mark,
+    so compacts nothing. The limit: a copy that never synced with a (here d, a backup
+    from before the deletion) is unknown to a; after compaction it brings it back."""
+    a, b = pair(tmp_path, user("q"), said("one"), said("two"))
+    a.backup(str(tmp_path / "c.db"))
+    a.backup(str(tmp_path / "d.db"))
+    c, d = Store(str(tmp_path / "c.db")), Store(str(tmp_path / "d.db"))
+    sync(a, b, "all")
+    sync(a, c, "all")
+    a.buffer(*K).pop()
+    assert sync(a, b, "all").tombstones_compacted_on_a == 0  # c has not received it yet
+    assert len(_tombstones(a)) == 1
+    assert sync(c, a).tombstones_compacted_on_b == 0  # scoped: c's mark does not move
+    assert sync(c, a, "all").tombstones_compacted_on_b == 1 and _tombstones(a) == []
+    for x, y in [(c, b), (b, a), (a, c), (b, c)]:
+        sync(x, y, "all")
+    for store in (a, b, c):
+        assert texts(store) == [("user", "q"), ("assistant", "one")]
+        assert store.check() == []
+    sync(a, d, "all")  # the documented limit: d is no peer of a, a has no tombstone left
+    assert texts(a) == [("user", "q"), ("assistant", "one"), ("assistant", "two")]
