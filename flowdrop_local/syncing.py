@@ -19,6 +19,12 @@ leaves each side before or after the whole sync):
    :func:`flowdrop_local.rules.merge.merge` (contiguous blocks, the rules), written
    to the first side, healed there by :func:`flowdrop_local.engine.heal`, and
    copied from it to the second, so both hold the same rows.
+4. **Sessions, grants, memory.** Session rows merge field by field
+   (:func:`~flowdrop_local.rules.merge.merge_session`); viewer grants and memory
+   values go by last writer wins (:func:`~flowdrop_local.rules.merge.latest`), a
+   revoke or ``memory_delete`` being a tombstone stamped when the sync finds it.
+5. **Marks and compaction.** After a sync of everything each side learns the
+   other's mark of its tombstones and drops those every known peer has received.
 
 Cost: every sync reads the ids, positions and a fingerprint of every message of
 each store once (a scan, proportional to the stores' sizes but with a small
@@ -354,7 +360,8 @@ class _DryRun(Exception):
 def sync(
     a: Store, b: Store, scopes: Iterable[object] | str | None = None, *, dry_run: bool = False
 ) -> SyncReport:
-    """Merge two stores both ways; afterwards both hold the same buffers (in ``scopes``).
+    """Merge two stores both ways; afterwards both hold the same buffers, memory,
+    sessions and grants (in ``scopes``).
 
     Args:
         a, b: the stores (any backends).
