@@ -457,6 +457,33 @@ def test_sqlite_with_postgresql(tmp_path: Path, postgresql_url: str) -> None:
         assert sync(a, b).moved == 0
 
 
+def test_memory_sessions_and_grants_sqlite_with_postgresql(
+    tmp_path: Path, postgresql_url: str
+) -> None:
+    """Memory, a session row and its grants converge between the two backends
+    (timestamps of different precision compare alike)."""
+    from flowdrop_local import Principal
+
+    a = Store(str(tmp_path / "a.db"))
+    sid = a.sessions(Principal(OWNER)).create("wf").id
+    a.sessions(Principal(OWNER)).grant(sid, "u2")
+    a.memory_set(None, "global", "k", {"v": 1})
+    with Store(postgresql_url) as b:
+        sync(a, b, "all")
+        assert _memory(a) == _memory(b) and _viewers(b, sid) == ["u2"]
+        time.sleep(0.003)
+        b.memory_set(None, "global", "k", {"v": 2})
+        b.sessions(Principal(OWNER)).revoke(sid, "u2")
+        a.sessions(Principal(OWNER)).stop(sid)
+        sync(b, a, "all")
+        for store in (a, b):
+            assert store.memory_get(None, "global", "k").value == {"v": 2}
+            assert _viewers(store, sid) == []
+            assert _session(store, sid).status == "stopped"
+        assert _memory(a) == _memory(b)
+        assert sync(a, b, "all").moved == 0
+
+
 # ---------------------------------------------------------------------- crash
 
 CHILD = """
