@@ -532,7 +532,9 @@ def _read_memory(tx: Tx, scopes: _Scopes) -> dict[Key, tuple[Version, tuple[Any,
     for row in tx.all("export_memory"):
         key = (str(row[0]), str(row[1]), str(row[2]))
         if key in scopes:
-            found[key] = (Version(stamp(str(row[5])), False, canonical(str(row[3]))), tuple(row))
+            # The value, then created_at: equal versions read the same on both sides.
+            text = f"{canonical(str(row[3]))}\x1f{stamp(str(row[4]))}"
+            found[key] = (Version(stamp(str(row[5])), False, text), tuple(row))
     return found
 
 

@@ -434,6 +434,59 @@ def test_three_replicas_converge(
         store.close()
 
 
+memory_op = st.tuples(
+    st.sampled_from(["set", "del", "grant", "revoke"]),
+    st.sampled_from(["k1", "k2"]),
+    st.integers(0, 3),
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    programs=st.lists(st.lists(memory_op, max_size=4), min_size=3, max_size=3),
+    pairs=st.lists(
+        st.sampled_from([(0, 1), (1, 2), (0, 2), (1, 0), (2, 1), (2, 0)]), min_size=1, max_size=4
+    ),
+)
+def test_three_replicas_converge_on_memory_and_grants(
+    tmp_path_factory: pytest.TempPathFactory, programs: Any, pairs: Any
+) -> None:
+    """Random sets and deletes of two keys, grants and revokes of two viewers, on
+    three copies, syncs in random pair orders between rounds, then a round: all
+    three hold the same memory rows and grants."""
+    from flowdrop_local import Principal
+
+    folder = tmp_path_factory.mktemp("memory")
+    first = Store(str(folder / "0.db"))
+    first.memory_set(None, "global", "k1", "base")
+    sid = first.sessions(Principal(OWNER)).create("wf").id
+    first.sessions(Principal(OWNER)).grant(sid, "k1")
+    enable(first)
+    stores = [first]
+    for i in (1, 2):
+        first.backup(str(folder / f"{i}.db"))
+        stores.append(Store(str(folder / f"{i}.db")))
+    for half in (0, 1):
+        for store, ops in zip(stores, programs, strict=True):
+            api = store.sessions(Principal(OWNER))
+            for kind, key, value in ops[half * 2 : half * 2 + 2]:
+                if kind == "set":
+                    store.memory_set(None, "global", key, value)
+                elif kind == "del":
+                    store.memory_delete(None, "global", key)
+                else:
+                    getattr(api, kind)(sid, key)
+        for x, y in pairs:
+            sync(stores[x], stores[y], "all")
+    for x, y in [(0, 1), (1, 2), (0, 1)]:
+        sync(stores[x], stores[y], "all")
+    assert _memory(stores[0]) == _memory(stores[1]) == _memory(stores[2])
+    assert _viewers(stores[0], sid) == _viewers(stores[1], sid) == _viewers(stores[2], sid)
+    assert sync(stores[0], stores[2], "all").moved == 0
+    for store in stores:
+        store.close()
+
+
 # ------------------------------------------------------------------ backends
 
 

@@ -274,7 +274,8 @@ def _positions(items: list[_Item]) -> tuple[list[Placed], int]:
 
 class Version(NamedTuple):
     """One side's version of a keyed value: when it was written (a :func:`stamp`),
-    whether it is a deletion (a tombstone), and its canonical text (:func:`canonical`)."""
+    whether it is a deletion (a tombstone), and its canonical text (:func:`canonical`;
+    a memory value's is followed by its ``created_at``)."""
 
     stamp: str
     deleted: bool
