@@ -15,9 +15,19 @@ touches them.
   sequence ``seq`` (the change sequence peers keep a high-water mark of).
 * ``flowdrop_sync_peers``: per peer replica, the highest ``seq`` of its tombstones
   this store has received.
+* ``flowdrop_sync_acks``: per peer, the highest ``seq`` of this store's tombstones
+  that peer has received (its mark of this store, learnt at a full sync):
+  tombstones every known peer has received are compacted.
 * ``flowdrop_sync_conflicts``: what a merge dropped that was not a duplicate
   (MEM-1: a second real result; MEM-2: a turn whose calls the other side declared;
   ``edit``: one message changed two ways), with the whole message, for the user.
+* ``flowdrop_sync_kv_state``: the memory keys (``kind`` 'memory': scope, scope_id,
+  key) and viewer grants ('viewer': session id, user id, '') present at the last
+  sync: one there then and gone now was deleted (revoked) here; and ('session':
+  id, the row as JSON, '') each session row as of the last sync, the base of a
+  field-by-field merge.
+* ``flowdrop_sync_kv_tombstones``: those deletions, with the time the sync found
+  them (last writer wins against values by that time).
 """
 
 from __future__ import annotations
@@ -40,6 +50,13 @@ SYNC_TABLES: tuple[str, ...] = (
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_conflicts (dropped_id TEXT PRIMARY KEY, "
     "rule TEXT NOT NULL, scope TEXT NOT NULL, scope_id TEXT NOT NULL, key TEXT NOT NULL, "
     "call_id TEXT, kept_id TEXT, message TEXT NOT NULL, recorded_at TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_kv_state (kind TEXT NOT NULL, "
+    "k1 TEXT NOT NULL, k2 TEXT NOT NULL, k3 TEXT NOT NULL, PRIMARY KEY (kind, k1, k2, k3))",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_kv_tombstones (kind TEXT NOT NULL, "
+    "k1 TEXT NOT NULL, k2 TEXT NOT NULL, k3 TEXT NOT NULL, deleted_at TEXT NOT NULL, "
+    "PRIMARY KEY (kind, k1, k2, k3))",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_acks "
+    "(peer TEXT PRIMARY KEY, acked BIGINT NOT NULL)",
 )
 
 SYNC_COMMON: dict[str, str] = {
@@ -64,7 +81,20 @@ SYNC_COMMON: dict[str, str] = {
         "WHERE seq > ? ORDER BY seq"
     ),
     "sync_tombstone_ids": "SELECT id FROM flowdrop_sync_tombstones",
-    "sync_last_seq": "SELECT coalesce(max(seq), 0) FROM flowdrop_sync_tombstones",
+    # The sequence never goes back below a mark a peer holds, compacted or not.
+    "sync_last_seq": (
+        "SELECT coalesce(max(n), 0) FROM (SELECT seq AS n FROM flowdrop_sync_tombstones "
+        "UNION ALL SELECT acked AS n FROM flowdrop_sync_acks) AS s"
+    ),
+    "sync_ack_put": (
+        "INSERT INTO flowdrop_sync_acks (peer, acked) VALUES (?, ?) "
+        "ON CONFLICT (peer) DO UPDATE SET acked = excluded.acked"
+    ),
+    "sync_compact_floor": (
+        "SELECT min(coalesce(k.acked, 0)) FROM flowdrop_sync_peers AS p "
+        "LEFT JOIN flowdrop_sync_acks AS k ON k.peer = p.peer"
+    ),
+    "sync_compact": "DELETE FROM flowdrop_sync_tombstones WHERE seq <= ?",
     "sync_peer": "SELECT received FROM flowdrop_sync_peers WHERE peer = ?",
     "sync_peer_put": (
         "INSERT INTO flowdrop_sync_peers (peer, received, synced_at) VALUES (?, ?, ?) "
@@ -75,6 +105,30 @@ SYNC_COMMON: dict[str, str] = {
         "INSERT INTO flowdrop_sync_conflicts (dropped_id, rule, scope, scope_id, key, call_id, "
         "kept_id, message, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (dropped_id) DO NOTHING"
+    ),
+    "sync_kv_state": "SELECT k1, k2, k3 FROM flowdrop_sync_kv_state WHERE kind = ?",
+    "sync_kv_state_put": (
+        "INSERT INTO flowdrop_sync_kv_state (kind, k1, k2, k3) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (kind, k1, k2, k3) DO NOTHING"
+    ),
+    "sync_kv_state_drop": (
+        "DELETE FROM flowdrop_sync_kv_state WHERE kind = ? AND k1 = ? AND k2 = ? AND k3 = ?"
+    ),
+    "sync_kv_state_forget": "DELETE FROM flowdrop_sync_kv_state WHERE kind = ? AND k1 = ?",
+    "sync_kv_tombstones": (
+        "SELECT k1, k2, k3, deleted_at FROM flowdrop_sync_kv_tombstones WHERE kind = ?"
+    ),
+    "sync_kv_tombstone_put": (
+        "INSERT INTO flowdrop_sync_kv_tombstones (kind, k1, k2, k3, deleted_at) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (kind, k1, k2, k3) "
+        "DO UPDATE SET deleted_at = excluded.deleted_at"
+    ),
+    "sync_kv_tombstone_drop": (
+        "DELETE FROM flowdrop_sync_kv_tombstones WHERE kind = ? AND k1 = ? AND k2 = ? AND k3 = ?"
+    ),
+    "sync_session_update": (
+        "UPDATE sessions SET workflow_id = ?, name = ?, owner_id = ?, status = ?, "
+        "conversation = ?, metadata = ?, created_at = ?, updated_at = ? WHERE id = ?"
     ),
     "sync_conflicts": (
         "SELECT dropped_id, rule, scope, scope_id, key, call_id, kept_id, message, recorded_at "

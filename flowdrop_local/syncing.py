@@ -19,6 +19,12 @@ leaves each side before or after the whole sync):
    :func:`flowdrop_local.rules.merge.merge` (contiguous blocks, the rules), written
    to the first side, healed there by :func:`flowdrop_local.engine.heal`, and
    copied from it to the second, so both hold the same rows.
+4. **Sessions, grants, memory.** Session rows merge field by field
+   (:func:`~flowdrop_local.rules.merge.merge_session`); viewer grants and memory
+   values go by last writer wins (:func:`~flowdrop_local.rules.merge.latest`), a
+   revoke or ``memory_delete`` being a tombstone stamped when the sync finds it.
+5. **Marks and compaction.** After a sync of everything each side learns the
+   other's mark of its tombstones and drops those every known peer has received.
 
 Cost: every sync reads the ids, positions and a fingerprint of every message of
 each store once (a scan, proportional to the stores' sizes but with a small
@@ -34,7 +40,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -44,7 +50,7 @@ from .access import IDENTITY_SCOPES, SCOPES
 from .backends.base import Tx
 from .engine import drive, heal, remove_message
 from .errors import InvalidArgument, ReplicaConflict, shown
-from .rules.merge import Entry, Merged, merge
+from .rules.merge import Entry, Merged, Version, canonical, latest, merge, merge_session, stamp
 from .rules.pairing import declared_call_ids
 from .store import Store
 
@@ -63,6 +69,11 @@ class SyncReport:
     messages dropped and kept in ``flowdrop_sync_conflicts``; ``replaced``:
     placeholders a real result replaced (MEM-10); ``healed``: placeholders made
     after the merge (MEM-3); ``rekeyed``: messages given a new position.
+    ``memory_a_to_b``: memory values ``b`` took from ``a``; ``memory_deleted_on_a``:
+    keys deleted on ``a`` (a tombstone won); ``sessions_updated_on_a``: session rows
+    written on ``a``; ``viewer_a_to_b``/``viewer_deleted_on_a``: grants copied and
+    revoked. ``tombstones_compacted_on_a``: tombstones every known peer of ``a`` has
+    received, dropped (not counted in ``moved``: no message changes).
     """
 
     a: str
@@ -80,6 +91,18 @@ class SyncReport:
     replaced: int = 0
     healed: int = 0
     rekeyed: int = 0
+    memory_a_to_b: int = 0
+    memory_b_to_a: int = 0
+    memory_deleted_on_a: int = 0
+    memory_deleted_on_b: int = 0
+    sessions_updated_on_a: int = 0
+    sessions_updated_on_b: int = 0
+    viewer_a_to_b: int = 0
+    viewer_b_to_a: int = 0
+    viewer_deleted_on_a: int = 0
+    viewer_deleted_on_b: int = 0
+    tombstones_compacted_on_a: int = 0
+    tombstones_compacted_on_b: int = 0
 
     @property
     def moved(self) -> int:
@@ -92,6 +115,16 @@ class SyncReport:
             + self.healed
             + self.replaced
             + self.rekeyed
+            + self.memory_a_to_b
+            + self.memory_b_to_a
+            + self.memory_deleted_on_a
+            + self.memory_deleted_on_b
+            + self.sessions_updated_on_a
+            + self.sessions_updated_on_b
+            + self.viewer_a_to_b
+            + self.viewer_b_to_a
+            + self.viewer_deleted_on_a
+            + self.viewer_deleted_on_b
             + sum(self.conflicts.values())
         )
 
@@ -171,9 +204,8 @@ def _now() -> str:
 
 def _ensure_tables(tx: Tx) -> str:
     """Make sync's tables if missing; return the replica id (made on first use)."""
-    if not tx.one("sync_tables")[0]:
-        for index in range(len(SYNC_TABLES)):
-            tx.run(f"sync_create_{index}")
+    for index in range(len(SYNC_TABLES)):  # IF NOT EXISTS: a store synced before
+        tx.run(f"sync_create_{index}")  # a table was added gets it now
     row = tx.one("sync_replica")
     if row is not None:
         return str(row[0])
@@ -201,10 +233,10 @@ def new_replica(store: Store) -> str:
 
 
 def enable(store: Store) -> str:
-    """Start tracking deletions now: record what every buffer holds (a sync does this
-    too). A message deleted before a store's first sync or ``enable`` is not known
-    as deleted; so enable a store before copying it (``backup``) for another device.
-    Returns the replica id."""
+    """Start tracking deletions now: record what every buffer holds, every memory key
+    and every viewer grant (a sync does this too). A message deleted before a store's
+    first sync or ``enable`` is not known as deleted; so enable a store before copying
+    it (``backup``) for another device. Returns the replica id."""
     with store.backend.write() as tx:
         replica = _ensure_tables(tx)
         everything = _Scopes(["all"])
@@ -212,6 +244,12 @@ def enable(store: Store) -> str:
         for address, buffer in _scan(tx, everything).items():
             if address not in known:
                 tx.run("sync_state_put", (*address, buffer.digest, " ".join(buffer.ids)))
+        for kind in (_MEMORY, _VIEWERS):
+            for key in kind.read(tx, everything):
+                tx.run("sync_kv_state_put", (kind.name, *key))
+        for row in tx.all("export_session"):
+            tx.run("sync_kv_state_forget", ("session", row[0]))
+            tx.run("sync_kv_state_put", ("session", row[0], json.dumps(list(row)), ""))
         return replica
 
 
@@ -322,7 +360,8 @@ class _DryRun(Exception):
 def sync(
     a: Store, b: Store, scopes: Iterable[object] | str | None = None, *, dry_run: bool = False
 ) -> SyncReport:
-    """Merge two stores both ways; afterwards both hold the same buffers (in ``scopes``).
+    """Merge two stores both ways; afterwards both hold the same buffers, memory,
+    sessions and grants (in ``scopes``).
 
     Args:
         a, b: the stores (any backends).
@@ -453,13 +492,160 @@ def _run(a: _Side, b: _Side, order: list[_Side], scopes: _Scopes, report: _Repor
             report.add("buffers_merged", 1)
         for side in sides:
             _keep_state(side, address, final)
-    # 4. The high-water marks: each side now holds every tombstone the other has
+    # 4. Sessions (before their grants), viewer grants, memory: last writer wins.
+    _sync_sessions(a, b, scopes, report)
+    _sync_registers(a, b, _VIEWERS, scopes, report)
+    _sync_registers(a, b, _MEMORY, scopes, report)
+    # 5. The high-water marks: each side now holds every tombstone the other has
     # (those it sent, received and made in the merges). A scoped sync moves no mark:
     # the tombstones it skipped must still come later.
     for source, target in ((a, b), (b, a)):
         row = target.tx.one("sync_peer", (source.replica,))
         mark = source.seq if scopes.everything else (0 if row is None else int(row[0]))
         target.tx.run("sync_peer_put", (source.replica, mark, _now()))
+        if scopes.everything:
+            source.tx.run("sync_ack_put", (target.replica, mark))
+    # 6. Compaction: a tombstone every peer this store has synced with has received
+    # is needed by none of them (each deleted the message and holds its own tombstone).
+    for side in sides:
+        floor = side.tx.one("sync_compact_floor")[0]
+        if floor:
+            compacted = side.tx.run("sync_compact", (floor,))
+            report.add(f"tombstones_compacted_on_{side.label}", compacted)
+
+
+Key = tuple[str, str, str]
+
+
+@attrs.frozen
+class _Kind:
+    """A keyed value that syncs by last writer wins, with deletions as tombstones."""
+
+    name: str  # the report's prefix and the kv tables' kind
+    read: Callable[[Tx, _Scopes], dict[Key, tuple[Version, tuple[Any, ...]]]]
+    put: Callable[[Tx, tuple[Any, ...]], None]
+    drop: Callable[[Tx, Key], object]
+
+
+def _read_memory(tx: Tx, scopes: _Scopes) -> dict[Key, tuple[Version, tuple[Any, ...]]]:
+    found = {}
+    for row in tx.all("export_memory"):
+        key = (str(row[0]), str(row[1]), str(row[2]))
+        if key in scopes:
+            # The value, then created_at: equal versions read the same on both sides.
+            text = f"{canonical(str(row[3]))}\x1f{stamp(str(row[4]))}"
+            found[key] = (Version(stamp(str(row[5])), False, text), tuple(row))
+    return found
+
+
+def _put_memory(tx: Tx, row: tuple[Any, ...]) -> None:
+    tx.run("memory_remove", row[:3])
+    tx.run("import_memory", row)
+
+
+def _read_viewers(tx: Tx, scopes: _Scopes) -> dict[Key, tuple[Version, tuple[Any, ...]]]:
+    found = {}
+    for session_id, user_id, granted_at in tx.all("export_viewer"):
+        if ("session", session_id) in scopes:
+            row = (str(session_id), str(user_id), str(granted_at))
+            found[(row[0], row[1], "")] = (Version(stamp(row[2]), False, ""), row)
+    return found
+
+
+def _put_viewer(tx: Tx, row: tuple[Any, ...]) -> None:
+    tx.run("viewer_remove", row[:2])
+    tx.run("import_viewer", row)
+
+
+_MEMORY = _Kind("memory", _read_memory, _put_memory, lambda tx, k: tx.run("memory_remove", k))
+_VIEWERS = _Kind("viewer", _read_viewers, _put_viewer, lambda tx, k: tx.run("viewer_remove", k[:2]))
+
+
+def _sync_registers(a: _Side, b: _Side, kind: _Kind, scopes: _Scopes, report: _Report) -> None:
+    """Memory values or viewer grants: a key that was there at the last sync and is
+    gone becomes a tombstone stamped now (sync finds deletions, it is not told of
+    them); then per key the :func:`~flowdrop_local.rules.merge.latest` version of the
+    two sides goes to both."""
+    now = stamp(_now())
+    rows: dict[str, dict[Key, tuple[Version, tuple[Any, ...]]]] = {}
+    tombs: dict[str, dict[Key, Version]] = {}
+    for side in (a, b):
+        found = kind.read(side.tx, scopes)
+        dead = {
+            (str(r[0]), str(r[1]), str(r[2])): Version(stamp(str(r[3])), True, "")
+            for r in side.tx.all("sync_kv_tombstones", (kind.name,))
+        }
+        for r in side.tx.all("sync_kv_state", (kind.name,)):
+            key = (str(r[0]), str(r[1]), str(r[2]))
+            if key not in found and _in_scope(kind, key, scopes):  # deleted here since
+                dead[key] = Version(now, True, "")
+                side.tx.run("sync_kv_tombstone_put", (kind.name, *key, now))
+        rows[side.label], tombs[side.label] = found, dead
+    keys = sorted(set(rows["a"]) | set(rows["b"]) | set(tombs["a"]) | set(tombs["b"]))
+    for key in keys:
+        if not _in_scope(kind, key, scopes):
+            continue
+        held = {
+            side.label: latest(rows[side.label].get(key, (None,))[0], tombs[side.label].get(key))
+            for side in (a, b)
+        }
+        winner = latest(*held.values())
+        assert winner is not None
+        for side, other in ((a, b), (b, a)):
+            tx = side.tx
+            if winner.deleted:
+                if key in rows[side.label]:
+                    kind.drop(tx, key)
+                    report.add(f"{kind.name}_deleted_on_{side.label}", 1)
+                if tombs[side.label].get(key) != winner:
+                    tx.run("sync_kv_tombstone_put", (kind.name, *key, winner.stamp))
+                tx.run("sync_kv_state_drop", (kind.name, *key))
+                continue
+            if held[side.label] != winner:
+                kind.put(tx, rows[other.label][key][1])
+                report.add(f"{kind.name}_{other.label}_to_{side.label}", 1)
+            if key in tombs[side.label]:
+                tx.run("sync_kv_tombstone_drop", (kind.name, *key))
+            tx.run("sync_kv_state_put", (kind.name, *key))
+
+
+def _in_scope(kind: _Kind, key: Key, scopes: _Scopes) -> bool:
+    return ("session", key[0]) in scopes if kind is _VIEWERS else key in scopes
+
+
+def _sync_sessions(a: _Side, b: _Side, scopes: _Scopes, report: _Report) -> None:
+    """Session rows (only when the ``session`` scope or the session's id is named):
+    :func:`~flowdrop_local.rules.merge.merge_session` of the two rows, on both sides.
+    Deleting a session is not synced (no API deletes one)."""
+    held: dict[str, dict[str, tuple[Any, ...]]] = {}
+    for side in (a, b):
+        rows = side.tx.all("export_session")
+        held[side.label] = {str(r[0]): tuple(r) for r in rows if ("session", r[0]) in scopes}
+    bases: dict[str, dict[str, tuple[Any, ...]]] = {
+        side.label: {
+            str(r[0]): tuple(json.loads(r[1])) for r in side.tx.all("sync_kv_state", ("session",))
+        }
+        for side in (a, b)
+    }
+    for session_id in sorted(set(held["a"]) | set(held["b"])):
+        x, y = held["a"].get(session_id), held["b"].get(session_id)
+        base = bases["a"].get(session_id)
+        if base != bases["b"].get(session_id):
+            base = None  # the two last synced apart: no common base
+        merged = merge_session(x, y, base) if x is not None and y is not None else (x or y)
+        assert merged is not None
+        for side in (a, b):
+            current = held[side.label].get(session_id)
+            if current != merged:
+                if current is None:
+                    side.tx.run("import_session", merged)
+                else:
+                    side.tx.run("sync_session_update", (*merged[1:], session_id))
+                report.add(f"sessions_updated_on_{side.label}", 1)
+            if bases[side.label].get(session_id) != merged:
+                side.tx.run("sync_kv_state_forget", ("session", session_id))
+                row = json.dumps(list(merged))
+                side.tx.run("sync_kv_state_put", ("session", session_id, row, ""))
 
 
 def _keep_state(side: _Side, address: Address, rows: list[tuple[str, str, str]]) -> None:

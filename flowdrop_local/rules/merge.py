@@ -266,3 +266,74 @@ def _positions(items: list[_Item]) -> tuple[list[Placed], int]:
             placed.append(Placed(item.entry, key, item.source))
         previous = keys[-1]
     return placed, rekeyed
+
+
+# ------------------------------------------------------------- last writer wins
+# Memory values, session rows and viewer grants (not messages: those merge above).
+
+
+class Version(NamedTuple):
+    """One side's version of a keyed value: when it was written (a :func:`stamp`),
+    whether it is a deletion (a tombstone), and its canonical text (:func:`canonical`;
+    a memory value's is followed by its ``created_at``)."""
+
+    stamp: str
+    deleted: bool
+    text: str
+
+
+def stamp(moment: str) -> str:
+    """A timestamp both backends and both writers (milliseconds in SQL, microseconds
+    in Python) compare alike as text: ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
+    body = moment.rstrip("Z")
+    whole, _, fraction = body.partition(".")
+    return f"{whole}.{fraction[:6].ljust(6, '0')}Z"
+
+
+def canonical(value_text: str) -> str:
+    """A JSON value's canonical text (sorted keys, no spaces): equal values, equal text."""
+    try:
+        return json.dumps(
+            json.loads(value_text), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+    except ValueError:
+        return value_text
+
+
+def latest(*versions: Version | None) -> Version | None:
+    """Last writer wins: the version with the latest stamp; at equal stamps a deletion
+    beats a value (a revoke or delete is never undone by a tie), then the greater
+    canonical text wins (deterministic, whichever side is ``a``)."""
+    present = [v for v in versions if v is not None]
+    return max(present) if present else None
+
+
+SessionRow = tuple[Any, ...]  # id, workflow_id, name, owner_id, status, conversation,
+# metadata, created_at, updated_at (the order of the export statements)
+
+
+def merge_session(x: SessionRow, y: SessionRow, base: SessionRow | None = None) -> SessionRow:
+    """One session as both sides will hold it, field by field: a field only one side
+    changed since ``base`` (the row at the two stores' last sync) takes that side's
+    value; a field both changed (or any field, without a base) takes the value of
+    the row written last (by ``updated_at``; at a tie the greater canonical text of
+    the fields). The ``conversation`` counter is the greater of the two (two sides
+    that reset apart both made ``conversation-<n+1>``, which then merge as one
+    buffer); ``created_at`` the earlier, ``updated_at`` the later."""
+
+    def order(row: SessionRow) -> tuple[str, str]:
+        return stamp(str(row[8])), json.dumps([str(v) for v in row[1:7]])
+
+    later, earlier = (x, y) if order(x) >= order(y) else (y, x)
+    fields = []
+    for i in (1, 2, 3, 4, 6):  # workflow_id, name, owner_id, status, metadata
+        if base is not None and earlier[i] == base[i]:
+            fields.append(later[i])
+        elif base is not None and later[i] == base[i]:
+            fields.append(earlier[i])
+        else:
+            fields.append(later[i])
+    workflow_id, name, owner_id, status, metadata = fields
+    created = min(str(x[7]), str(y[7]), key=stamp)
+    conversation = max(int(x[5]), int(y[5]))
+    return (x[0], workflow_id, name, owner_id, status, conversation, metadata, created, later[8])
