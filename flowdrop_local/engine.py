@@ -652,7 +652,8 @@ def remove_message(message_id: str) -> Generator[Step, Any, bool]:
     if role == "assistant":
         for call_id in dict.fromkeys(declared_call_ids(json.loads(metadata))):
             first = yield "one", "declaring_message", (buffer_id, call_id)
-            if first is not None and first[0] == message_id:
+            # Ids compare in one spelling: the caller may give another case.
+            if first is not None and first[0].lower() == message_id.lower():
                 owned.append((buffer_id, call_id))
     # The delete trigger keeps the tally.
     count -= yield "run", "delete_message", (buffer_id, message_id)

@@ -69,7 +69,7 @@ from .errors import (
 )
 from .positions import is_valid_key, key_between, keys_between
 from .refused import buffer_of
-from .rules.incoming import Incoming, normalize
+from .rules.incoming import Incoming, check_message_id, normalize
 
 if TYPE_CHECKING:
     from .backends.base import Backend, Tx
@@ -391,8 +391,11 @@ class _Importer:
             if name in record and not _encodable(record[name]):
                 raise InvalidImport(number, f"{name} must be a string without lone surrogates")
         given_id = record.get("id")
-        if given_id is not None and len(given_id) != 36:
-            raise InvalidImport(number, f"id {given_id!r} is not a UUID")
+        if given_id is not None:
+            try:  # stored in one spelling (lower case), as an append stores it
+                given_id = check_message_id(given_id, 0)
+            except InvalidMessage:
+                raise InvalidImport(number, f"id {given_id!r} is not a UUID") from None
         position = record.get("position")
         if position is not None and not is_valid_key(position):
             raise InvalidImport(number, f"position {position!r} is not a valid key")
@@ -542,7 +545,8 @@ class _Importer:
                 )
         else:  # the buffer's first line
             existing = buffer.existing_id(self.tx)
-            if existing is not None and self.tx.one("count", (existing,))[0]:
+            held = None if existing is None else self.tx.one("count", (existing,))
+            if held is not None and held[0]:  # no row: the buffer holds no message
                 if not self.replace:
                     raise InvalidImport(
                         number,

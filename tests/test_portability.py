@@ -130,7 +130,7 @@ def test_a_bad_line_is_named_and_nothing_is_written(
 
 def test_duplicate_ids_and_mixed_positions_are_refused(tmp_path: Path) -> None:
     """An id twice, or positions on some lines of a buffer only, are refused."""
-    record = {**GOOD, "id": "0" * 36, "position": "a0"}
+    record = {**GOOD, "id": "00000000-0000-7000-8000-000000000000", "position": "a0"}
     with Store(tmp_path / "x.db") as store:
         with pytest.raises(InvalidImport, match="appears twice"):
             store.import_records([record, {**record, "position": "a1"}])
