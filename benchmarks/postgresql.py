@@ -34,6 +34,7 @@ import attrs
 import psycopg
 
 from . import pg_hotspots, report
+from .cells import _show, run_cell
 from .core import APPEND, COLD, HEAL_1, HEAL_10, READ, Cell, Unsupported, fmt_ns, history
 from .server import ServerSystem, create_schema, drop_schema, server, settings
 from .systems import PG_FAMILIES, select
@@ -81,8 +82,6 @@ def run_sizes(
     systems: list[ServerSystem], args: argparse.Namespace, url: str, rng: random.Random
 ) -> tuple[list[Cell], dict[tuple[str, int], int]]:
     """Every workload at every size: cells and pre-fill times."""
-    from .run import _show, run_cell
-
     cells: list[Cell] = []
     prefill: dict[tuple[str, int], int] = {}
     for size in args.sizes:

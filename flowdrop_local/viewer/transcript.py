@@ -26,14 +26,21 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from .._cli_common import message_text
 from ..model import Message, ToolCall
 from ..providers._common import IMAGE_PARTS, RESPONSES_ITEM, TEXT_PARTS, part_image_url
 
-if TYPE_CHECKING:
-    from ..buffer import Buffer
+
+class _History(Protocol):
+    """What :func:`buffer_html` reads of a buffer (a ``Buffer``; no import of it here,
+    since ``Buffer._repr_html_`` imports this module)."""
+
+    @property
+    def address(self) -> tuple[str, str, str]: ...
+    def messages(self, limit: int | None = None) -> list[Message]: ...
+    def __len__(self) -> int: ...
 
 __all__ = ["Entry", "Part", "buffer_html", "transcript", "transcript_html"]
 
@@ -234,7 +241,7 @@ def transcript_html(entries: list[Entry], *, title: str = "", note: str = "") ->
 NOTEBOOK_LIMIT: Final = 200
 
 
-def buffer_html(buffer: Buffer, limit: int = NOTEBOOK_LIMIT) -> str:
+def buffer_html(buffer: _History, limit: int = NOTEBOOK_LIMIT) -> str:
     """``Buffer._repr_html_``: the buffer's last ``limit`` messages as a transcript."""
     messages = buffer.messages(limit)
     total = len(buffer)
