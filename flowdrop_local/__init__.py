@@ -41,6 +41,7 @@ from .errors import (
     SearchNotEnabled,
     SessionStopped,
     StoreClosed,
+    SyncIdConflict,
     UnsupportedOperation,
 )
 from .memory import MemoryRead, MemoryWrite
@@ -114,6 +115,7 @@ __all__ = [
     "Sessions",
     "Store",
     "StoreClosed",
+    "SyncIdConflict",
     "SyncReport",
     "ToolCall",
     "Turn",

@@ -149,3 +149,9 @@ def shown(value: object, width: int = 80) -> str:
 class ReplicaConflict(FlowdropError, ValueError):
     """Two stores carry one sync replica id but hold different histories: one is a copy
     made outside flowdrop_local (``syncing.new_replica`` on the copy fixes it)."""
+
+
+class SyncIdConflict(FlowdropError, ValueError):
+    """A message id names different messages on the two sides of a sync (a caller-supplied
+    id reused in another buffer, or for another role): ids are store-wide keys, so the
+    sync refuses and neither side changes."""

@@ -49,7 +49,7 @@ from ._sync_sql import SYNC_TABLES
 from .access import IDENTITY_SCOPES, SCOPES
 from .backends.base import Tx
 from .engine import drive, heal, remove_message
-from .errors import InvalidArgument, ReplicaConflict, shown
+from .errors import InvalidArgument, ReplicaConflict, SyncIdConflict, shown
 from .rules.merge import Entry, Merged, Version, canonical, latest, merge, merge_session, stamp
 from .rules.pairing import declared_call_ids
 from .store import Store
@@ -406,6 +406,14 @@ def sync(
                 raise _DryRun
     except _DryRun:
         pass
+    except Exception as error:
+        if type(error).__name__ != "IntegrityError":  # sqlite3's or psycopg's
+            raise
+        # Both transactions rolled back: neither side changed.
+        raise SyncIdConflict(
+            f"cannot merge {a.path} and {b.path}: a message id names different messages "
+            f"on the two sides ({error}); neither side changed"
+        ) from None
     for store in (a, b):
         backend = store.backend
         forget = getattr(backend, "forget_tails", None)
@@ -451,6 +459,13 @@ def _run(a: _Side, b: _Side, order: list[_Side], scopes: _Scopes, report: _Repor
         for address, scanned in side.scanned.items():
             for id_ in scanned.ids:
                 side.home[id_] = address
+    for id_ in a.home.keys() & b.home.keys():
+        if a.home[id_] != b.home[id_]:
+            raise SyncIdConflict(
+                f"message id {id_} is in buffer {'/'.join(a.home[id_])} on {a.store.path} "
+                f"and in buffer {'/'.join(b.home[id_])} on {b.store.path}: an id names one "
+                "message in a store; give one of them another id, then sync again"
+            )
     # 1. What each side deleted since its last sync becomes its tombstones.
     for side in sides:
         gone: list[tuple[str, Address]] = []

@@ -66,3 +66,61 @@ def test_deleting_a_turn_by_its_upper_case_id_also_deletes_its_placeholder(
         admin.delete_message(turn.id.upper())
         assert [m.role for m in admin.messages(session.id)] == ["user", "user"]
         assert store.check() == []
+
+
+def _twins(tmp_path: Path) -> tuple[Store, Store]:
+    from flowdrop_local.syncing import enable
+
+    a = Store(tmp_path / "a.db")
+    a.buffer("global", "g", "k0").append({"role": "user", "content": "seed"})
+    enable(a)
+    a.backup(tmp_path / "b.db")
+    return a, Store(tmp_path / "b.db")
+
+
+def _rows(store: Store) -> list[tuple[object, ...]]:
+    return [
+        (ref.scope, ref.scope_id, ref.key, m.id, m.position, m.role, m.content)
+        for ref in store.buffers()
+        for m in store.buffer(ref.scope, ref.scope_id, ref.key).messages()
+    ]
+
+
+def test_sync_refuses_one_id_in_two_buffers_and_changes_nothing(tmp_path: Path) -> None:
+    """A caller-supplied id used in another buffer on each side is a typed
+    SyncIdConflict naming both buffers (was sqlite3.IntegrityError); neither side changes."""
+    from flowdrop_local import SyncIdConflict, sync
+    from flowdrop_local.engine import new_message_id
+
+    a, b = _twins(tmp_path)
+    with a, b:
+        shared = new_message_id()
+        a.buffer("global", "g", "k1").append({"role": "user", "content": "A", "id": shared})
+        b.buffer("global", "g", "k2").append({"role": "user", "content": "B", "id": shared})
+        before = (_rows(a), _rows(b))
+        with pytest.raises(SyncIdConflict, match=r"k1.*k2"):
+            sync(a, b)
+        assert (_rows(a), _rows(b)) == before
+        assert a.check() == [] and b.check() == []
+
+
+def test_sync_refuses_one_id_for_a_turn_and_a_result(tmp_path: Path) -> None:
+    """The same id for a user turn on one side and a tool result on the other: a typed
+    SyncIdConflict (was sqlite3.IntegrityError from the tool-result index)."""
+    from flowdrop_local import SyncIdConflict, sync
+    from flowdrop_local.engine import new_message_id
+
+    a, b = _twins(tmp_path)
+    with a, b:
+        shared = new_message_id()
+        a.buffer("global", "g", "k1").append({"role": "user", "content": "A", "id": shared})
+        b.buffer("global", "g", "k1").append(
+            [
+                {"role": "assistant", "content": "c", "tool_calls": [{"id": "c1", "name": "f"}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "B", "id": shared},
+            ]
+        )
+        before = (_rows(a), _rows(b))
+        with pytest.raises(SyncIdConflict):
+            sync(a, b)
+        assert (_rows(a), _rows(b)) == before
