@@ -458,6 +458,18 @@ def redact(url: str) -> str:
     return _PASSWORD_PARAMETER.sub(r"\1***", _PASSWORD.sub(r"\1***@", url))
 
 
+def opening_error(error: BaseException, where: str) -> BaseException:
+    """The library's error for what failed while a backend opened its schema (sync or
+    async): a role that may not create it, a server or pool that failed; else ``error``."""
+    if isinstance(error, pg_errors.InsufficientPrivilege):
+        return ReadOnlyStore(
+            f"{where}: this role may not create flowdrop_local's schema here: {_redacted(error)}"
+        )
+    if isinstance(error, psycopg.Error | psycopg_pool.PoolTimeout):
+        return NotADatabase(f"cannot open {where}: {_redacted(error)}")
+    return error
+
+
 def checked_buffer(name: str, messages: list[Any], ledger: list[Any]) -> list[Violation]:
     """One buffer's invariants from its rows (CHECK_MESSAGES_SQL, CHECK_LEDGER_SQL): its
     count is the last row's tally."""
@@ -673,14 +685,7 @@ class PostgresBackend(Backend):
         except BaseException as error:
             if self._owns_pool:
                 self._pool.close()
-            if isinstance(error, pg_errors.InsufficientPrivilege):
-                raise ReadOnlyStore(
-                    f"{self.where}: this role may not create flowdrop_local's schema here: "
-                    f"{_redacted(error)}"
-                ) from None
-            if isinstance(error, psycopg.Error | psycopg_pool.PoolTimeout):
-                raise NotADatabase(f"cannot open {self.where}: {_redacted(error)}") from None
-            raise
+            raise opening_error(error, self.where) from None
         self._closed = False
 
     # ------------------------------------------------------------------ schema

@@ -41,7 +41,6 @@ from ..errors import (
     InvalidArgument,
     NotADatabase,
     NotAFlowdropDatabase,
-    ReadOnlyStore,
     StoreClosed,
 )
 from .postgresql import (
@@ -67,6 +66,7 @@ from .postgresql import (
     lock_statement,
     lock_timeout,
     no_connection,
+    opening_error,
     redact,
     schema_scripts,
     schema_violations_of,
@@ -244,14 +244,7 @@ class AsyncPostgresBackend:
         except BaseException as error:
             if owns:
                 await pool.close()
-            if isinstance(error, pg_errors.InsufficientPrivilege):
-                raise ReadOnlyStore(
-                    f"{where}: this role may not create flowdrop_local's schema here: "
-                    f"{_redacted(error)}"
-                ) from None
-            if isinstance(error, psycopg.Error | psycopg_pool.PoolTimeout):
-                raise NotADatabase(f"cannot open {where}: {_redacted(error)}") from None
-            raise
+            raise opening_error(error, where) from None
         return backend
 
     async def _prepare(self, create: bool) -> None:
