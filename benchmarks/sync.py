@@ -1,32 +1,40 @@
-"""Offline sync against a full export + import.
+"""Offline sync against a full export + import, at several store sizes.
 
-``python -m benchmarks.sync [N] [NEW]``: a store of ``N`` messages (default
-100,000, in 100 buffers), copied (``backup``) after ``syncing.enable``; then each
-copy adds ``NEW`` messages (default 1,000, spread over 10 buffers) and they sync.
-Prints the time of that sync, of a second sync right after (nothing changed),
-the bytes of message records moved (JSON, as an export writes them), and the time
-and bytes of exporting one store whole and importing it into a fresh file (what
-sync replaces). Asserts nothing.
+``python -m benchmarks.sync [--sizes 10000,100000] [--new 1000]``: per size N, a store
+of N messages in 100 buffers, last written a day ago (``buffers.updated_at`` set back
+before ``syncing.enable``), copied with ``backup``. Then:
+
+* **first sync**: each copy added NEW messages (spread over 10 buffers) since the copy;
+  the pair has never synced, so every buffer's summary is looked at;
+* **again**: a second sync right after (nothing changed);
+* **later**: each copy adds NEW more messages in 10 other buffers and they sync
+  again: the steady state, where only buffers written since the last sync are
+  looked at;
+* **export + import**: one store exported whole (format 2) and imported into a
+  fresh file, what sync replaces.
+
+Prints times, buffers looked at and read, and the bytes of message records moved
+(JSON, as an export writes them). Asserts nothing.
 """
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from flowdrop_local import Store, sync
+from flowdrop_local import Store, SyncReport, sync
 from flowdrop_local.syncing import enable
 
 BUFFERS = 100
 
 
-def fill(store: Store, n: int, tag: str, buffers: int) -> None:
-    per = n // buffers
-    for b in range(buffers):
+def fill(store: Store, n: int, tag: str, buffers: range) -> None:
+    per = n // len(buffers)
+    for b in buffers:
         batch = []
         for i in range(per // 2):
             batch += [
@@ -36,58 +44,78 @@ def fill(store: Store, n: int, tag: str, buffers: int) -> None:
         store.buffer("workflow", "bench", f"chat{b}").append(batch)
 
 
-def records(store: Store) -> dict[str, int]:
+def sizes(store: Store) -> dict[str, int]:
     """Each message id and the size of its export record."""
     return {r["id"]: len(json.dumps(r)) for r in store.export() if "id" in r}
 
 
+def timed_sync(a: Store, b: Store) -> tuple[float, SyncReport, int]:
+    """One sync: seconds, report, bytes of the records that moved."""
+    before = {**sizes(a), **sizes(b)}
+    held_a, held_b = set(before) & set(sizes(a)), set(before) & set(sizes(b))
+    started = time.perf_counter()
+    report = sync(a, b)
+    took = time.perf_counter() - started
+    moved = sum(before[i] for i in set(before) - held_b) + sum(
+        before[i] for i in set(before) - held_a
+    )
+    return took, report, moved
+
+
+def line(name: str, took: float, report: SyncReport, moved: int) -> str:
+    return (
+        f"| {name} | {took * 1000:,.0f} ms | {moved / 1024:,.0f} KiB | "
+        f"{report.sent_a_to_b} / {report.sent_b_to_a} | "
+        f"{report.buffers_compared} / {report.buffers_read} / {report.buffers_merged} |"
+    )
+
+
+def one_size(n: int, new: int, folder: Path) -> list[str]:
+    a = Store(str(folder / "a.db"))
+    fill(a, n, "base", range(BUFFERS))
+    with a.backend.write() as tx:  # a store in use for a while, not just made
+        tx.conn.execute("UPDATE buffers SET updated_at = '2026-01-01T00:00:00.000Z'")
+    enable(a)
+    a.backup(str(folder / "b.db"))
+    b = Store(str(folder / "b.db"))
+    fill(a, new, "a", range(10))
+    fill(b, new, "b", range(10, 20))
+    out = [f"**{n:,} messages** (+{new:,} on each side)", ""]
+    out += [
+        "| sync | time | records moved | messages a→b / b→a "
+        "| buffers looked at / read / merged |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    out.append(line("first (never synced)", *timed_sync(a, b)))
+    out.append(line("again, nothing changed", *timed_sync(a, b)))
+    fill(a, new, "a2", range(20, 30))
+    fill(b, new, "b2", range(30, 40))
+    out.append(line("later, 1,000 new each", *timed_sync(a, b)))
+    started = time.perf_counter()
+    text = io.StringIO()
+    for record in a.export(full=True):
+        text.write(json.dumps(record) + "\n")
+    exported = text.getvalue()
+    with Store(str(folder / "c.db")) as c:
+        c.import_jsonl(exported.splitlines())
+    took = time.perf_counter() - started
+    out.append(
+        f"| export + import of one store | {took * 1000:,.0f} ms | "
+        f"{len(exported.encode()) / 1024:,.0f} KiB | one direction | |"
+    )
+    a.close()
+    b.close()
+    return [*out, ""]
+
+
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    new = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000
-    with tempfile.TemporaryDirectory() as folder:
-        a = Store(str(Path(folder) / "a.db"))
-        fill(a, n, "base", BUFFERS)
-        enable(a)
-        a.backup(str(Path(folder) / "b.db"))
-        b = Store(str(Path(folder) / "b.db"))
-        fill(a, new, "a", 10)
-        fill(b, new, "b", 10)
-        before = {**records(a), **records(b)}
-        held_a, held_b = set(records(a)), set(records(b))
-        started = time.perf_counter()
-        report = sync(a, b)
-        first = time.perf_counter() - started
-        moved = sum(before[i] for i in set(before) - held_b) + sum(
-            before[i] for i in set(before) - held_a
-        )
-        started = time.perf_counter()
-        again = sync(a, b)
-        second = time.perf_counter() - started
-        started = time.perf_counter()
-        out = io.StringIO()
-        for record in a.export(full=True):
-            out.write(json.dumps(record) + "\n")
-        exported = out.getvalue()
-        with Store(str(Path(folder) / "c.db")) as c:
-            c.import_jsonl(exported.splitlines())
-        full = time.perf_counter() - started
-        total = len(records(a))
-        print(
-            f"stores: {total:,} messages each after the sync ({n:,} common + {new:,} new on each)"
-        )
-        print(
-            f"sync:             {first * 1000:8.0f} ms  "
-            f"{moved / 1024:8.0f} KiB of records moved "
-            f"({report.sent_a_to_b} a->b, {report.sent_b_to_a} b->a, "
-            f"{report.buffers_merged}/{report.buffers_compared} buffers merged)"
-        )
-        print(f"second sync:      {second * 1000:8.0f} ms  {again.moved} changes")
-        print(
-            f"export + import:  {full * 1000:8.0f} ms  "
-            f"{len(exported.encode()) / 1024:8.0f} KiB (one direction, one store)"
-        )
-        a.close()
-        b.close()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--new", type=int, default=1_000)
+    args = parser.parse_args()
+    for n in (int(x) for x in args.sizes.split(",")):
+        with tempfile.TemporaryDirectory() as folder:
+            print("\n".join(one_size(n, args.new, Path(folder))), flush=True)
 
 
 if __name__ == "__main__":

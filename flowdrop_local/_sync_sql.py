@@ -32,7 +32,9 @@ touches them.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
+import uuid
 from typing import Any
 
 SYNC_TABLES: tuple[str, ...] = (
@@ -40,7 +42,7 @@ SYNC_TABLES: tuple[str, ...] = (
     "(id TEXT PRIMARY KEY, created_at TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_state (scope TEXT NOT NULL, "
     "scope_id TEXT NOT NULL, key TEXT NOT NULL, digest TEXT NOT NULL, ids TEXT NOT NULL, "
-    "PRIMARY KEY (scope, scope_id, key))",
+    "summary TEXT NOT NULL DEFAULT '', PRIMARY KEY (scope, scope_id, key))",
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_tombstones (id TEXT PRIMARY KEY, "
     "scope TEXT NOT NULL, scope_id TEXT NOT NULL, key TEXT NOT NULL, seq BIGINT NOT NULL, "
     "deleted_at TEXT NOT NULL)",
@@ -55,19 +57,39 @@ SYNC_TABLES: tuple[str, ...] = (
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_kv_tombstones (kind TEXT NOT NULL, "
     "k1 TEXT NOT NULL, k2 TEXT NOT NULL, k3 TEXT NOT NULL, deleted_at TEXT NOT NULL, "
     "PRIMARY KEY (kind, k1, k2, k3))",
-    "CREATE TABLE IF NOT EXISTS flowdrop_sync_acks "
-    "(peer TEXT PRIMARY KEY, acked BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_acks (peer TEXT PRIMARY KEY, acked BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_marks (peer TEXT NOT NULL, "
+    "scopes TEXT NOT NULL, since TEXT NOT NULL, PRIMARY KEY (peer, scopes))",
 )
 
 SYNC_COMMON: dict[str, str] = {
     "sync_replica": "SELECT id FROM flowdrop_sync_replica",
     "sync_replica_put": "INSERT INTO flowdrop_sync_replica (id, created_at) VALUES (?, ?)",
     "sync_replica_drop": "DELETE FROM flowdrop_sync_replica",
-    "sync_state_all": "SELECT scope, scope_id, key, digest, ids FROM flowdrop_sync_state",
+    "sync_state_all": "SELECT scope, scope_id, key FROM flowdrop_sync_state",
+    "sync_state_one": (
+        "SELECT digest, ids, summary FROM flowdrop_sync_state "
+        "WHERE scope = ? AND scope_id = ? AND key = ?"
+    ),
     "sync_state_put": (
-        "INSERT INTO flowdrop_sync_state (scope, scope_id, key, digest, ids) "
-        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (scope, scope_id, key) "
-        "DO UPDATE SET digest = excluded.digest, ids = excluded.ids"
+        "INSERT INTO flowdrop_sync_state (scope, scope_id, key, digest, ids, summary) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (scope, scope_id, key) "
+        "DO UPDATE SET digest = excluded.digest, ids = excluded.ids, summary = excluded.summary"
+    ),
+    # Buffers synced once and gone now (deleted whole): a key-only walk of the state.
+    "sync_state_gone": (
+        "SELECT s.scope, s.scope_id, s.key FROM flowdrop_sync_state AS s WHERE NOT EXISTS "
+        "(SELECT 1 FROM buffers AS b WHERE b.scope = s.scope AND b.scope_id = s.scope_id "
+        "AND b.key = s.key)"
+    ),
+    # The latest time this store finished a sync with the peer covering these scopes
+    # (or everything): both held the same buffers then.
+    "sync_mark": (
+        "SELECT max(since) FROM flowdrop_sync_marks WHERE peer = ? AND scopes IN (?, 'all')"
+    ),
+    "sync_mark_put": (
+        "INSERT INTO flowdrop_sync_marks (peer, scopes, since) VALUES (?, ?, ?) "
+        "ON CONFLICT (peer, scopes) DO UPDATE SET since = excluded.since"
     ),
     "sync_state_drop": (
         "DELETE FROM flowdrop_sync_state WHERE scope = ? AND scope_id = ? AND key = ?"
@@ -144,13 +166,42 @@ def content_md5(content: str, metadata: str, parts: int) -> str:
     return hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
-def forget_replica(conn: Any) -> None:
-    """Drop the replica id of a fresh copy (``backup``): the copy is a replica of its own,
-    and makes its id at its first sync. Its sync state and tombstones stay: they are
-    the original's, and true of the copy too."""
-    found = conn.execute(
+def adopt_copy(source: Any, target: Any, *, register: bool) -> None:
+    """Make a fresh copy (``backup``) a replica of its own, known to its source.
+
+    The copy gets a new replica id, and each side records the other as a peer: the
+    copy has received every tombstone the source had (its mark of the source is the
+    source's last number, and the source holds every tombstone the copy holds so far).
+    The source records the copy as a peer that has received none of its tombstones,
+    so it compacts none until the copy has synced everything with it: a copy left
+    unsynced can never bring back a message deleted and compacted here. ``register``
+    false (a source open read-only) skips the source's record; the copy stays a peer
+    the source learns of at their first sync. The copy's sync state and tombstones
+    are the original's, and true of the copy too."""
+    found = target.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'flowdrop_sync_replica'"
     ).fetchone()
-    if found:
-        conn.execute("DELETE FROM flowdrop_sync_replica")
-        conn.commit()
+    if not found:
+        return
+    row = target.execute("SELECT id FROM flowdrop_sync_replica").fetchone()
+    last = target.execute(SYNC_COMMON["sync_last_seq"]).fetchone()[0]
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    copy_id = str(uuid.uuid4())
+    target.execute("DELETE FROM flowdrop_sync_replica")
+    target.execute(SYNC_COMMON["sync_replica_put"], (copy_id, now))
+    if row is not None:
+        target.execute(SYNC_COMMON["sync_peer_put"], (row[0], last, now))
+        target.execute(SYNC_COMMON["sync_ack_put"], (row[0], last))
+    target.commit()
+    if register and row is not None:
+        source.execute("BEGIN IMMEDIATE")
+        try:
+            source.execute(
+                "INSERT INTO flowdrop_sync_peers (peer, received, synced_at) VALUES (?, 0, ?) "
+                "ON CONFLICT (peer) DO NOTHING",
+                (copy_id, now),
+            )
+            source.execute("COMMIT")
+        except BaseException:
+            source.execute("ROLLBACK")
+            raise

@@ -354,7 +354,9 @@ class Buffer:
             return 0
         yield "one", "lock_buffer", (buffer_id,)  # waits for an append in progress
         yield "write", "clear_ledger", (buffer_id,)
-        return (yield "run", "clear_messages", (buffer_id,))
+        cleared: int = yield "run", "clear_messages", (buffer_id,)
+        yield "write", "touch_edited", (buffer_id,)
+        return cleared
 
     def append(
         self, messages: Mapping[str, Any] | Message | Iterable[Mapping[str, Any] | Message]

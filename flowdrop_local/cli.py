@@ -356,6 +356,12 @@ def copy(source: str, target: str, replace: bool, quiet: bool) -> None:
     "but user and session.",
 )
 @click.option("--dry-run", is_flag=True, help="Report what would move; change nothing.")
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Read every message, not just buffers written since the last sync (for a "
+    "store written behind the library, or a clock set back).",
+)
 @click.option("--json", "json_output", is_flag=True, help="Print the report as JSON.")
 @click.option(
     "--new-replica",
@@ -367,6 +373,7 @@ def sync_(
     b: str,
     scopes: tuple[str, ...],
     dry_run: bool,
+    full: bool,
     json_output: bool,
     new_replica: str | None,
 ) -> None:
@@ -385,14 +392,18 @@ def sync_(
         if new_replica is not None:
             syncing.new_replica(left if new_replica == a else right)
         try:
-            report = syncing.sync(left, right, list(scopes) if scopes else None, dry_run=dry_run)
+            report = syncing.sync(
+                left, right, list(scopes) if scopes else None, dry_run=dry_run, full=full
+            )
         except InvalidArgument as error:
             raise BadInput(str(error)) from None
     if json_output:
         dump(report.to_dict())
         return
     if report.moved == 0:
-        click.echo(f"in sync ({report.buffers_compared} buffers compared)")
+        click.echo(
+            f"in sync ({report.buffers_compared} buffers compared, {report.buffers_read} read)"
+        )
         return
     shown = "would move" if dry_run else "moved"
     click.echo(
@@ -558,9 +569,7 @@ def buffers(
         return
     for info in page.items:
         title = f"  {info.title}" if info.title else ""
-        click.echo(
-            visible(f"{info.updated_at}  {info.count:>6}  {'/'.join(info.address)}{title}")
-        )
+        click.echo(visible(f"{info.updated_at}  {info.count:>6}  {'/'.join(info.address)}{title}"))
 
 
 @cli.command()

@@ -429,7 +429,10 @@ def append(
         tail = row[0]
         dangling = True
     now = int(time.time())
-    if (new_ids or healed_ids or replaced_ids) and now - updated >= UPDATED_AT_GRANULARITY:
+    if replaced_ids or evicted:  # an edit in place or a delete: never coarse (sync's summary)
+        yield "write", "touch_edited", (buffer_id,)
+        updated = now
+    elif (new_ids or healed_ids) and now - updated >= UPDATED_AT_GRANULARITY:
         yield "write", "touch_buffer", (buffer_id,)
         updated = now
     result = AppendResult(
@@ -625,6 +628,7 @@ def pop(buffer_id: int) -> Generator[Step, Any, tuple[Any, ...] | None]:
     if row is None:
         return None
     yield "run", "delete_message", (buffer_id, row[0])  # the delete trigger keeps the tally
+    yield "write", "touch_edited", (buffer_id,)
     return tuple(row[1:])
 
 
@@ -663,4 +667,5 @@ def remove_message(message_id: str) -> Generator[Step, Any, bool]:
     yield from heal(buffer_id, None, 0, count, healed, before_users_only=True)
     if healed:
         yield from _settle_tally(buffer_id, count + len(healed))
+    yield "write", "touch_edited", (buffer_id,)
     return True

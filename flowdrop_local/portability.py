@@ -554,6 +554,7 @@ class _Importer:
                     )
                 self.tx.write("clear_ledger", (existing,))
                 self.tx.write("clear_messages", (existing,))
+                self.tx.write("touch_edited", (existing,))
                 self.replaced += 1
             run = self.runs[resolved] = _Run(address, number)
         # A later run of the same buffer goes on where the last one stopped.

@@ -67,8 +67,13 @@ class SyncReport:
     ``deleted_on_a``: messages removed from ``a`` (tombstones from ``b`` and the
     merge's drops); ``conflicts``: per rule (``MEM-1``, ``MEM-2``, ``edit``), the
     messages dropped and kept in ``flowdrop_sync_conflicts``; ``replaced``:
-    placeholders a real result replaced (MEM-10); ``healed``: placeholders made
+    placeholders a real result replaced (MEM-10); ``edited``: messages edited on one
+    side only since the last sync, whose edit both now hold; ``healed``: placeholders made
     after the merge (MEM-3); ``rekeyed``: messages given a new position.
+    ``buffers_compared``: buffers looked at (those written on either side since the
+    two last synced, or every buffer at their first sync); ``buffers_read``: of those,
+    the sides whose message rows were read (the others were known unchanged by their
+    summary); ``buffers_merged``: buffers that differed.
     ``memory_a_to_b``: memory values ``b`` took from ``a``; ``memory_deleted_on_a``:
     keys deleted on ``a`` (a tombstone won); ``sessions_updated_on_a``: session rows
     written on ``a``; ``viewer_a_to_b``/``viewer_deleted_on_a``: grants copied and
@@ -80,6 +85,7 @@ class SyncReport:
     b: str
     dry_run: bool
     buffers_compared: int = 0
+    buffers_read: int = 0
     buffers_merged: int = 0
     sent_a_to_b: int = 0
     sent_b_to_a: int = 0
@@ -89,6 +95,7 @@ class SyncReport:
     tombstones_b_to_a: int = 0
     conflicts: dict[str, int] = attrs.field(factory=dict)
     replaced: int = 0
+    edited: int = 0
     healed: int = 0
     rekeyed: int = 0
     memory_a_to_b: int = 0
@@ -114,6 +121,7 @@ class SyncReport:
             + self.deleted_on_b
             + self.healed
             + self.replaced
+            + self.edited
             + self.rekeyed
             + self.memory_a_to_b
             + self.memory_b_to_a
@@ -166,6 +174,13 @@ class _Scopes:
     @property
     def everything(self) -> bool:
         return self.whole >= set(SCOPES)
+
+    @property
+    def key(self) -> str:
+        """These scopes as text, the same for the same set ('all' for everything)."""
+        if self.everything:
+            return "all"
+        return " ".join(sorted(self.whole) + sorted(f"{s}:{i}" for s, i in self.ids))
 
     def __contains__(self, address: Sequence[str]) -> bool:
         return address[0] in self.whole or (address[0], address[1]) in self.ids
@@ -241,9 +256,11 @@ def enable(store: Store) -> str:
         replica = _ensure_tables(tx)
         everything = _Scopes(["all"])
         known = {(r[0], r[1], r[2]) for r in tx.all("sync_state_all")}
+        summaries = {(r[0], r[1], r[2]): _summary(r) for r in tx.all("sync_candidates", ("",))}
         for address, buffer in _scan(tx, everything).items():
             if address not in known:
-                tx.run("sync_state_put", (*address, buffer.digest, " ".join(buffer.ids)))
+                row = (*address, buffer.digest, _held(buffer.rows), summaries[address])
+                tx.run("sync_state_put", row)
         for kind in (_MEMORY, _VIEWERS):
             for key in kind.read(tx, everything):
                 tx.run("sync_kv_state_put", (kind.name, *key))
@@ -315,6 +332,60 @@ def _whole_digest(store: Store) -> str:
 # ---------------------------------------------------------------------- sides
 
 
+class _View:
+    """One buffer on one side, as this sync sees it.
+
+    ``summary``: the buffer's row id, ``updated_at`` and last row (position, tally),
+    or None when the buffer is absent. Every library write changes it (appends the
+    last row, deletes and edits in place a strictly later ``updated_at``), so when
+    it equals the summary recorded with the buffer's state at the last sync, the
+    recorded digest is still the buffer's digest and its rows need no reading.
+    ``rows`` are read otherwise (or always, with ``full``).
+    """
+
+    __slots__ = ("buffer_id", "digest", "rows", "state", "summary")
+
+    def __init__(self, side: _Side, address: Address, full: bool) -> None:
+        found = side.tx.one("sync_summary_one", address)
+        if found is not None:  # lock it (PostgreSQL), then read it again: no append
+            side.tx.one("lock_buffer", (found[3],))  # can slip in before the commit
+            found = side.tx.one("sync_summary_one", address)
+        row = side.tx.one("sync_state_one", address)
+        self.state: tuple[str, dict[str, str], str] | None = (
+            None if row is None else (str(row[0]), _parse_held(str(row[1])), str(row[2]))
+        )
+        self.buffer_id: int | None = None if found is None else int(found[3])
+        self.summary = None if found is None else _summary(found)
+        self.rows: list[tuple[str, str, str]] | None = None
+        if self.buffer_id is None:
+            self.digest: str | None = None
+        elif not full and self.state is not None and self.state[2] == self.summary:
+            self.digest = self.state[0]
+        else:
+            self.rows = [(e.id, e.position, e.fingerprint) for e in side.entries(self.buffer_id)]
+            self.digest = _digest(self.rows)
+            side.buffers_read += 1
+
+
+def _held(rows: Iterable[tuple[str, str, str]]) -> str:
+    """What a buffer held, as its state keeps it: each message's id and a prefix of
+    its fingerprint (for the next sync's deletions, and its one-sided edits)."""
+    return " ".join(f"{id_}:{fingerprint[:12]}" for id_, _, fingerprint in rows)
+
+
+def _parse_held(text: str) -> dict[str, str]:
+    held = {}
+    for token in text.split():
+        id_, _, fingerprint = token.partition(":")
+        held[id_] = fingerprint
+    return held
+
+
+def _summary(row: Sequence[Any]) -> str:
+    """A buffer's summary from a ``sync_candidates`` row (see :class:`_View`)."""
+    return f"{row[3]}|{row[4]}|{row[5] or ''}|{row[6] or 0}"
+
+
 class _Side:
     """One store inside the sync's transaction."""
 
@@ -324,9 +395,22 @@ class _Side:
         self.tx = tx
         self.replica = replica
         self.seq: int = tx.one("sync_last_seq")[0]
-        self.scanned: dict[Address, _Buffer] = {}
-        self.states: dict[Address, tuple[str, list[str]]] = {}
-        self.home: dict[str, Address] = {}
+        self.now = str(tx.one("sync_now")[0])  # this store's clock: the next mark
+        self.views: dict[Address, _View] = {}
+        self.buffers_read = 0
+
+    def view(self, address: Address, full: bool) -> _View:
+        if address not in self.views:
+            self.views[address] = _View(self, address, full)
+        return self.views[address]
+
+    def where(self, ids: Sequence[str]) -> dict[str, Address]:
+        """The buffer each of these message ids is in (absent ids are left out)."""
+        found: dict[str, Address] = {}
+        for start in range(0, len(ids), 500):
+            for row in self.tx.all("sync_where", (list(ids[start : start + 500]),)):
+                found[str(row[0]).lower()] = (str(row[1]), str(row[2]), str(row[3]))
+        return found
 
     def tombstone(self, rows: Sequence[tuple[str, Address]]) -> None:
         """Record deleted message ids with this side's next sequence numbers."""
@@ -358,7 +442,12 @@ class _DryRun(Exception):
 
 
 def sync(
-    a: Store, b: Store, scopes: Iterable[object] | str | None = None, *, dry_run: bool = False
+    a: Store,
+    b: Store,
+    scopes: Iterable[object] | str | None = None,
+    *,
+    dry_run: bool = False,
+    full: bool = False,
 ) -> SyncReport:
     """Merge two stores both ways; afterwards both hold the same buffers, memory,
     sessions and grants (in ``scopes``).
@@ -370,6 +459,10 @@ def sync(
             and ``session`` buffers explicitly: ``("user", "42")``, ``"user:42"``,
             ``"session"`` (all sessions), or ``"all"``.
         dry_run: do everything, report it, and roll both sides back.
+        full: read every message of both stores instead of the buffers written since
+            the two last synced: for a store written behind the library (plain SQL
+            that did not move ``buffers.updated_at``) or a clock set back by more
+            than :data:`MARGIN`.
 
     Raises:
         ReplicaConflict: ``a`` and ``b`` share a replica id but differ (a file copied
@@ -401,7 +494,7 @@ def sync(
             for label, store in order:
                 tx = stack.enter_context(store.backend.write())
                 sides[label] = _Side(label, store, tx, _ensure_tables(tx))
-            _run(sides["a"], sides["b"], [sides[label] for label, _ in order], wanted, report)
+            _run(sides["a"], sides["b"], [sides[label] for label, _ in order], wanted, report, full)
             if dry_run:
                 raise _DryRun
     except _DryRun:
@@ -448,33 +541,65 @@ class _Report:
         return SyncReport(**self.fields)
 
 
-def _run(a: _Side, b: _Side, order: list[_Side], scopes: _Scopes, report: _Report) -> None:
+# A buffer changed since the last sync of a pair has ``updated_at`` at or after the
+# mark less this: an append writes ``updated_at`` at most once a minute
+# (engine.UPDATED_AT_GRANULARITY), and the rest allows for the clock stepping back.
+# A wider margin costs a summary read per buffer changed in it, no more.
+MARGIN = datetime.timedelta(minutes=10)
+
+
+def _before(moment: str, margin: datetime.timedelta) -> str:
+    when = datetime.datetime.fromisoformat(moment.replace("Z", "+00:00")) - margin
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+
+
+def _changed(side: _Side, since: str, scopes: _Scopes) -> set[Address]:
+    """Addresses that may have changed on ``side`` since ``since`` ('': every buffer):
+    buffers written since (the ``buffers_recent`` index) and buffers deleted whole."""
+    found = {(str(r[0]), str(r[1]), str(r[2])) for r in side.tx.all("sync_candidates", (since,))}
+    found |= {(str(r[0]), str(r[1]), str(r[2])) for r in side.tx.all("sync_state_gone")}
+    return {address for address in found if address in scopes}
+
+
+def _run(
+    a: _Side, b: _Side, order: list[_Side], scopes: _Scopes, report: _Report, full: bool
+) -> None:
     sides = (a, b)
+    # 0. What to look at. With a mark on both sides (the time each store finished
+    # its last sync with the other over these scopes), only buffers written since on
+    # either side; else every buffer. A buffer whose summary is the one recorded at
+    # the last sync is not read (its digest is the recorded one).
+    marks = {}
+    for side, other in ((a, b), (b, a)):
+        row = None if full else side.tx.one("sync_mark", (other.replica, scopes.key))
+        marks[side.label] = None if row is None or row[0] is None else str(row[0])
+    incremental = marks["a"] is not None and marks["b"] is not None
+    addresses: set[Address] = set()
     for side in sides:
-        side.scanned = _scan(side.tx, scopes)
-        for scope, scope_id, key, digest, ids in side.tx.all("sync_state_all"):
-            address = (scope, scope_id, key)
-            if address in scopes:
-                side.states[address] = (digest, ids.split() if ids else [])
-        for address, scanned in side.scanned.items():
-            for id_ in scanned.ids:
-                side.home[id_] = address
-    for id_ in a.home.keys() & b.home.keys():
-        if a.home[id_] != b.home[id_]:
+        last = marks[side.label]
+        addresses |= _changed(side, _before(last, MARGIN) if incremental and last else "", scopes)
+    home: dict[str, dict[str, Address]] = {"a": {}, "b": {}}
+    for address in sorted(addresses):
+        for side in sides:
+            for id_, _, _ in side.view(address, full).rows or ():
+                home[side.label][id_] = address
+    for id_ in home["a"].keys() & home["b"].keys():
+        if home["a"][id_] != home["b"][id_]:
             raise SyncIdConflict(
-                f"message id {id_} is in buffer {'/'.join(a.home[id_])} on {a.store.path} "
-                f"and in buffer {'/'.join(b.home[id_])} on {b.store.path}: an id names one "
+                f"message id {id_} is in buffer {'/'.join(home['a'][id_])} on {a.store.path} "
+                f"and in buffer {'/'.join(home['b'][id_])} on {b.store.path}: an id names one "
                 "message in a store; give one of them another id, then sync again"
             )
-    # 1. What each side deleted since its last sync becomes its tombstones.
+    # 1. What each side deleted since its last sync becomes its tombstones (only a
+    # buffer whose rows were read can have lost any).
     for side in sides:
         gone: list[tuple[str, Address]] = []
-        for address, (digest, ids) in side.states.items():
-            buffer = side.scanned.get(address)
-            if buffer is not None and buffer.digest == digest:
+        for address in sorted(addresses):
+            view = side.views[address]
+            if view.state is None or view.digest == view.state[0]:
                 continue
-            present = set(buffer.ids) if buffer is not None else set()
-            gone += [(id_, address) for id_ in ids if id_ not in present]
+            present = {row[0] for row in view.rows or ()}
+            gone += [(id_, address) for id_ in view.state[1] if id_ not in present]
         side.tombstone(gone)
     # 2. Tombstones travel; each side deletes what the other deleted.
     touched: set[Address] = set()
@@ -488,25 +613,30 @@ def _run(a: _Side, b: _Side, order: list[_Side], scopes: _Scopes, report: _Repor
             arriving = [item for item in arriving if item[0] not in known]
         target.tombstone(arriving)
         report.add(f"tombstones_{source.label}_to_{target.label}", len(arriving))
+        held = target.where([id_ for id_, _ in arriving])
         for id_, _ in arriving:
-            address_of = target.home.get(id_)
-            if address_of is not None and drive(remove_message(id_), target.tx):
-                touched.add(address_of)
-                report.add(f"deleted_on_{target.label}", 1)
+            address_of = held.get(id_.lower())
+            if address_of is not None and address_of in scopes:
+                source.view(address_of, full)  # as it was before the deletion
+                target.view(address_of, full)
+                if drive(remove_message(id_), target.tx):
+                    touched.add(address_of)
+                    report.add(f"deleted_on_{target.label}", 1)
     # 3. Buffers that differ merge.
-    addresses = sorted(set(a.scanned) | set(b.scanned) | set(a.states) | set(b.states))
+    addresses |= touched
     report.add("buffers_compared", len(addresses))
-    for address in addresses:
-        in_a, in_b = a.scanned.get(address), b.scanned.get(address)
-        digest_a = in_a.digest if in_a is not None else None
-        digest_b = in_b.digest if in_b is not None else None
-        if address not in touched and digest_a == digest_b:
-            final = in_a.rows if in_a is not None else []
-        else:
-            final = _merge_buffer(address, order[0], order[1], report)
-            report.add("buffers_merged", 1)
+    for address in sorted(addresses):
+        views = {side.label: side.view(address, full) for side in sides}
+        if address not in touched and views["a"].digest == views["b"].digest:
+            for side in sides:
+                view = views[side.label]
+                if view.rows is not None:  # read: its state may be out of date
+                    _keep_state(side, address, view.rows, view)
+            continue
+        final = _merge_buffer(address, order[0], order[1], report)
+        report.add("buffers_merged", 1)
         for side in sides:
-            _keep_state(side, address, final)
+            _keep_state(side, address, final, views[side.label])
     # 4. Sessions (before their grants), viewer grants, memory: last writer wins.
     _sync_sessions(a, b, scopes, report)
     _sync_registers(a, b, _VIEWERS, scopes, report)
@@ -520,7 +650,11 @@ def _run(a: _Side, b: _Side, order: list[_Side], scopes: _Scopes, report: _Repor
         target.tx.run("sync_peer_put", (source.replica, mark, _now()))
         if scopes.everything:
             source.tx.run("sync_ack_put", (target.replica, mark))
-    # 6. Compaction: a tombstone every peer this store has synced with has received
+    report.add("buffers_read", a.buffers_read + b.buffers_read)
+    # 6. The marks of this pair: both now hold the same buffers (in these scopes).
+    for side, other in ((a, b), (b, a)):
+        side.tx.run("sync_mark_put", (other.replica, scopes.key, side.now))
+    # 7. Compaction: a tombstone every peer this store has synced with has received
     # is needed by none of them (each deleted the message and holds its own tombstone).
     for side in sides:
         floor = side.tx.one("sync_compact_floor")[0]
@@ -663,15 +797,19 @@ def _sync_sessions(a: _Side, b: _Side, scopes: _Scopes, report: _Report) -> None
                 side.tx.run("sync_kv_state_put", ("session", session_id, row, ""))
 
 
-def _keep_state(side: _Side, address: Address, rows: list[tuple[str, str, str]]) -> None:
-    """Remember what the buffer holds now, for the next sync's deletions."""
-    if not rows:
-        if address in side.states:
+def _keep_state(
+    side: _Side, address: Address, rows: list[tuple[str, str, str]], view: _View
+) -> None:
+    """Remember what the buffer holds now (its ids, for the next sync's deletions) and
+    its summary now (so the next sync reads it only if it changed)."""
+    found = side.tx.one("sync_summary_one", address)
+    if found is None:  # no buffer (an empty one keeps its state: it has a summary)
+        if view.state is not None:
             side.tx.run("sync_state_drop", address)
         return
-    digest = _digest(rows)
-    if side.states.get(address, ("",))[0] != digest:
-        side.tx.run("sync_state_put", (*address, digest, " ".join(r[0] for r in rows)))
+    state = (_digest(rows), _parse_held(_held(rows)), _summary(found))
+    if view.state != state:
+        side.tx.run("sync_state_put", (*address, state[0], _held(rows), state[2]))
 
 
 def _merge_buffer(
@@ -684,7 +822,21 @@ def _merge_buffer(
         state = side.tx.open("open_buffer", (*address, None))
         buffer_ids[side.label] = state.id
         before[side.label] = side.entries(state.id)
-    merged: Merged = merge(before["a"], before["b"])
+    roles = {e.id: e.role for e in before[first.label]}
+    for e in before[second.label]:
+        if roles.get(e.id, e.role) != e.role:
+            raise SyncIdConflict(
+                f"message id {e.id} in buffer {'/'.join(address)} is a {roles[e.id]} message "
+                f"on one side and a {e.role} message on the other: an id names one message; "
+                "give one of them another id, then sync again"
+            )
+    bases = {
+        side.label: side.views[address].state[1]  # type: ignore[index]
+        if address in side.views and side.views[address].state is not None
+        else {}
+        for side in (first, second)
+    }
+    merged: Merged = merge(before["a"], before["b"], bases["a"], bases["b"])
     sides = {first.label: first, second.label: second}
     # Conflicts keep the whole dropped message, on both sides.
     if merged.conflicts:
@@ -715,6 +867,7 @@ def _merge_buffer(
         for side in (first, second):
             side.tx.many("sync_conflict_put", rows)
     report.add("replaced", merged.replaced)
+    report.add("edited", merged.edited)
     # The first side: the merged rows, then healing (the engine's), as an append would.
     target = [
         (p.entry, p.position, sides[p.source[0]] if p.source != "ab" else first)
@@ -814,7 +967,7 @@ def _write(
                 declarations.append((buffer_id, call_id, e.id, ordinal))
     if declarations:
         tx.many("declare_call", declarations)
-    tx.write("touch_buffer", (buffer_id,))
+    tx.write("touch_edited", (buffer_id,))
 
 
 def _settle(side: _Side, buffer_id: int, count: int) -> None:

@@ -224,13 +224,16 @@ def test_deletions_propagate_and_never_come_back(tmp_path: Path, delete: Any, le
 
 
 def test_backup_is_a_new_replica(tmp_path: Path) -> None:
-    """backup gives the copy its own replica id."""
+    """backup gives the copy its own replica id, and the original knows it as a peer
+    (one that has received none of its tombstones yet)."""
     a, b = pair(tmp_path, user("q"))
     sync(a, b)
     a.backup(str(tmp_path / "c.db"))
     with Store(str(tmp_path / "c.db")) as c:
-        assert replica_id(c) is None
-        sync(a, c)
+        assert replica_id(c) not in (None, replica_id(a), replica_id(b))
+        with a.backend.read() as tx:
+            assert tx.one("sync_peer", (replica_id(c),)) == (0,)
+        assert sync(a, c).moved == 0
         assert replica_id(c) not in (None, replica_id(a), replica_id(b))
 
 
@@ -920,11 +923,11 @@ def test_a_message_edited_two_ways(tmp_path: Path, edit: str, swap: bool) -> Non
 
 
 def test_tombstones_every_known_peer_received_are_compacted(tmp_path: Path) -> None:
-    """a knows b and c: a deletion's tombstone stays on a until both received it in a
-    sync of everything, then goes; peers that sync afterwards (c with b, b with a)
+    """a knows b, c and d (its backups): a deletion's tombstone stays on a until all
+    three received it in a sync of everything, then goes; peers that sync afterwards
     still never get the message back. A scoped sync (the default too) moves no mark,
-    so compacts nothing. The limit: a copy that never synced with a (here d, a backup
-    from before the deletion) is unknown to a; after compaction it brings it back."""
+    so compacts nothing. d, a backup made before the deletion and left unsynced,
+    holds compaction back until it syncs: it can never bring the message back."""
     a, b = pair(tmp_path, user("q"), said("one"), said("two"))
     a.backup(str(tmp_path / "c.db"))
     a.backup(str(tmp_path / "d.db"))
@@ -935,11 +938,13 @@ def test_tombstones_every_known_peer_received_are_compacted(tmp_path: Path) -> N
     assert sync(a, b, "all").tombstones_compacted_on_a == 0  # c has not received it yet
     assert len(_tombstones(a)) == 1
     assert sync(c, a).tombstones_compacted_on_b == 0  # scoped: c's mark does not move
-    assert sync(c, a, "all").tombstones_compacted_on_b == 1 and _tombstones(a) == []
-    for x, y in [(c, b), (b, a), (a, c), (b, c)]:
+    assert sync(c, a, "all").tombstones_compacted_on_b == 0  # d has not received it
+    assert len(_tombstones(a)) == 1
+    report = sync(a, d, "all")
+    assert (report.deleted_on_b, report.tombstones_compacted_on_a) == (1, 1)
+    assert _tombstones(a) == []
+    for x, y in [(c, b), (b, a), (a, c), (b, c), (d, b), (d, c)]:
         sync(x, y, "all")
-    for store in (a, b, c):
+    for store in (a, b, c, d):
         assert texts(store) == [("user", "q"), ("assistant", "one")]
         assert store.check() == []
-    sync(a, d, "all")  # the documented limit: d is no peer of a, a has no tombstone left
-    assert texts(a) == [("user", "q"), ("assistant", "one"), ("assistant", "two")]

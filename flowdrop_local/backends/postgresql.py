@@ -85,6 +85,15 @@ _JOINED_AT = (
     "WHERE b.scope = %s AND b.scope_id = %s AND b.key = %s"
 )
 _NOW = "flowdrop_now()"
+_EDITED = (
+    f"updated_at = greatest({_NOW}, to_char((updated_at::timestamptz + interval '1 millisecond') "
+    "AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))"
+)
+_SYNC_SUMMARY = (
+    "SELECT b.scope, b.scope_id, b.key, b.id, b.updated_at, t.position, t.tally "
+    "FROM buffers AS b LEFT JOIN LATERAL (SELECT position, tally FROM messages "
+    "WHERE buffer_id = b.id ORDER BY position DESC LIMIT 1) AS t ON true"
+)
 # A buffer's count: the tally of its last row (postgresql.sql), NULL when it is empty.
 _TALLY = "SELECT tally FROM messages WHERE buffer_id = {} ORDER BY position DESC LIMIT 1"
 # What an append needs to know of a buffer (engine.BufferState), after its id.
@@ -148,6 +157,10 @@ SQL: dict[str, str] = {
     ),
     "set_tally": "UPDATE messages SET tally = %s WHERE buffer_id = %s AND position = %s",
     "touch_buffer": f"UPDATE buffers SET updated_at = {_NOW} WHERE id = %s",
+    "touch_edited": f"UPDATE buffers SET {_EDITED} WHERE id = %s",
+    "touch_edited_message": (
+        f"UPDATE buffers SET {_EDITED} WHERE id = (SELECT buffer_id FROM messages WHERE id = %s)"
+    ),
     "unanswered_calls": (
         "SELECT m.position, t.call_id, (SELECT min(n.position) FROM messages AS n "
         "WHERE n.buffer_id = t.buffer_id AND n.position > m.position) "
@@ -233,7 +246,7 @@ SQL: dict[str, str] = {
     "list_buffers": (
         "SELECT b.scope, b.scope_id, b.key, last.tally FROM buffers AS b "
         f"JOIN LATERAL ({_TALLY.format('b.id')}) AS last ON true "
-        "ORDER BY b.scope COLLATE \"C\", b.scope_id COLLATE \"C\", b.key COLLATE \"C\""
+        'ORDER BY b.scope COLLATE "C", b.scope_id COLLATE "C", b.key COLLATE "C"'
     ),
     # ----------------------------------------------------------------- memory
     "memory_get": "SELECT value FROM memory WHERE scope = %s AND scope_id = %s AND key = %s",
@@ -270,7 +283,7 @@ SQL: dict[str, str] = {
     ),
     "session_revoke": "DELETE FROM session_viewers WHERE user_id = %s AND session_id = %s",
     "session_viewers": (
-        "SELECT user_id FROM session_viewers WHERE session_id = %s ORDER BY user_id COLLATE \"C\""
+        'SELECT user_id FROM session_viewers WHERE session_id = %s ORDER BY user_id COLLATE "C"'
     ),
     "message_home": (
         "SELECT b.scope, b.scope_id FROM messages AS m JOIN buffers AS b ON b.id = m.buffer_id "
@@ -287,20 +300,20 @@ SQL: dict[str, str] = {
         "SELECT b.scope, b.scope_id, b.key, m.id, m.position, m.role, m.content, "
         "m.content_parts, m.metadata, m.created_at "
         "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
-        "ORDER BY b.scope COLLATE \"C\", b.scope_id COLLATE \"C\", b.key COLLATE \"C\", m.position"
+        'ORDER BY b.scope COLLATE "C", b.scope_id COLLATE "C", b.key COLLATE "C", m.position'
     ),
     # ------------------------------------------------- export format 2: the rest
     "export_session": (
         "SELECT id, workflow_id, name, owner_id, status, conversation, metadata, created_at, "
-        "updated_at FROM sessions ORDER BY id COLLATE \"C\""
+        'updated_at FROM sessions ORDER BY id COLLATE "C"'
     ),
     "export_viewer": (
         "SELECT session_id, user_id, granted_at FROM session_viewers "
-        "ORDER BY session_id COLLATE \"C\", user_id COLLATE \"C\""
+        'ORDER BY session_id COLLATE "C", user_id COLLATE "C"'
     ),
     "export_memory": (
         "SELECT scope, scope_id, key, value, created_at, updated_at FROM memory "
-        "ORDER BY scope COLLATE \"C\", scope_id COLLATE \"C\", key COLLATE \"C\""
+        'ORDER BY scope COLLATE "C", scope_id COLLATE "C", key COLLATE "C"'
     ),
     "session_present": "SELECT 1 FROM sessions WHERE id = %s",
     "session_remove": "DELETE FROM sessions WHERE id = %s",
@@ -338,6 +351,13 @@ SQL: dict[str, str] = {
         "SELECT b.scope, b.scope_id, b.key, m.id, m.position, "
         f"{_CONTENT_MD5} "
         "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id ORDER BY b.id, m.position"
+    ),
+    "sync_now": f"SELECT {_NOW}",
+    "sync_candidates": f"{_SYNC_SUMMARY} WHERE b.updated_at >= %s",
+    "sync_summary_one": f"{_SYNC_SUMMARY} WHERE b.scope = %s AND b.scope_id = %s AND b.key = %s",
+    "sync_where": (
+        "SELECT m.id, b.scope, b.scope_id, b.key FROM messages AS m "
+        "JOIN buffers AS b ON b.id = m.buffer_id WHERE m.id = ANY(%s)"
     ),
     "sync_light": (
         f"SELECT id, position, role, metadata, {_CONTENT_MD5}, created_at "
@@ -434,9 +454,7 @@ _NAMED: dict[str, tuple[str, ...]] = {
     "search_index_run": ("b", "p", "e", "f"),
 }
 # Steps whose parameters name a message by id alone but PostgreSQL keys it by buffer.
-_LOCK_AT = (
-    "SELECT id FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s FOR UPDATE"
-)
+_LOCK_AT = "SELECT id FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s FOR UPDATE"
 _LOCK_ID = "SELECT id FROM buffers WHERE id = %s FOR UPDATE"
 _STATE_AT = f"{_STATE}WHERE b.scope = %s AND b.scope_id = %s AND b.key = %s"
 _READ_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"

@@ -37,7 +37,7 @@ from typing import Any
 from .. import _files
 from .._ids import id_blob, id_text
 from .._schema import prepare
-from .._sync_sql import SYNC_COMMON, SYNC_TABLES, content_md5, forget_replica
+from .._sync_sql import SYNC_COMMON, SYNC_TABLES, adopt_copy, content_md5
 from ..check import Violation, check_database
 from ..engine import BufferState, new_message_id_bytes
 from ..errors import (
@@ -89,6 +89,18 @@ _TEXT = (
 # (backends/postgresql.py defines the same names; a test holds them together).
 # Ids are stored as 16 bytes and cross the boundary as text: id_blob(?) and
 # id_text(id) are this connection's functions (_register_functions).
+_EDITED = (
+    "updated_at = max(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), "
+    "strftime('%Y-%m-%dT%H:%M:%fZ', updated_at, '+0.001 seconds'))"
+)
+# A buffer's sync summary: its row id, updated_at, and its last row's position and
+# tally. Every library write changes one of them (syncing.py trusts that).
+_SYNC_SUMMARY = (
+    "SELECT b.scope, b.scope_id, b.key, b.id, b.updated_at, t.position, t.tally "
+    "FROM buffers AS b LEFT JOIN messages AS t ON t.buffer_id = b.id AND t.position = "
+    "(SELECT max(position) FROM messages WHERE buffer_id = b.id)"
+)
+
 SQL: dict[str, str] = {
     # ----------------------------------------------------------- the append engine
     "find_buffer": "SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?",
@@ -133,6 +145,13 @@ SQL: dict[str, str] = {
     "set_tally": "UPDATE messages SET tally = ? WHERE buffer_id = ? AND position = ?",
     "touch_buffer": (
         "UPDATE buffers SET updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?"
+    ),
+    # After a delete or an in-place edit: a strictly later time (never equal, even
+    # within one millisecond), so sync's per-buffer summary sees every change.
+    "touch_edited": f"UPDATE buffers SET {_EDITED} WHERE id = ?",
+    "touch_edited_message": (
+        f"UPDATE buffers SET {_EDITED} "
+        "WHERE id = (SELECT buffer_id FROM messages WHERE id = id_blob(?))"
     ),
     # INDEXED BY: the planner, without statistics, prefers the primary key, which
     # walks every declared call of the buffer instead of the unanswered ones.
@@ -189,8 +208,7 @@ SQL: dict[str, str] = {
         "(SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?)"
     ),
     "read_all_at": (
-        "SELECT m.role, m.content, m.content_parts, m.metadata "
-        f"FROM {_AT} ORDER BY m.position"
+        f"SELECT m.role, m.content, m.content_parts, m.metadata FROM {_AT} ORDER BY m.position"
     ),
     "read_first_at": (
         "SELECT m.role, m.content, m.content_parts, m.metadata "
@@ -329,6 +347,16 @@ SQL: dict[str, str] = {
         "content_md5(m.content, m.metadata, m.content_parts) "
         "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id ORDER BY b.id, m.position"
     ),
+    "sync_now": "SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+    # Each buffer changed at or after a time (every buffer for ''), with its summary:
+    # buffers_recent is the index, the tail its primary key.
+    "sync_candidates": f"{_SYNC_SUMMARY} WHERE b.updated_at >= ?",
+    "sync_summary_one": f"{_SYNC_SUMMARY} WHERE b.scope = ? AND b.scope_id = ? AND b.key = ?",
+    "sync_where": (
+        "SELECT id_text(m.id), b.scope, b.scope_id, b.key FROM messages AS m "
+        "JOIN buffers AS b ON b.id = m.buffer_id "
+        "WHERE m.id IN (SELECT id_blob(value) FROM json_each(?))"
+    ),
     "sync_light": (
         "SELECT id_text(id), position, role, metadata, "
         "content_md5(content, metadata, content_parts), created_at "
@@ -417,7 +445,7 @@ SQL: dict[str, str] = {
     "search_finish": "INSERT INTO message_search (message_search) VALUES ('rebuild')",
 }
 # Statements whose list parameter SQLite reads as a JSON array (json_each).
-_JSON_ARRAY_PARAMS = frozenset({"pairing_state", "used_ids", "sync_contents"})
+_JSON_ARRAY_PARAMS = frozenset({"pairing_state", "used_ids", "sync_contents", "sync_where"})
 _EXPORT_CHUNK = 500  # rows an export fetches at a time
 
 
@@ -470,8 +498,7 @@ class _SqliteTx(Tx):
             # instead of by strftime() per row: a large import spends less per row.
             now = _utc_now()
             rows = [
-                (id_blob(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7] or now, r[8])
-                for r in rows
+                (id_blob(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7] or now, r[8]) for r in rows
             ]
         self.conn.executemany(SQL[statement], rows)
 
@@ -492,9 +519,7 @@ class _SqliteTx(Tx):
             row = conn.execute(SQL["find_buffer"], address).fetchone()
         buffer_id = row[0]
         self._addresses[buffer_id] = address
-        count, tail, dangling, updated = conn.execute(
-            SQL["buffer_state"], (buffer_id,)
-        ).fetchone()
+        count, tail, dangling, updated = conn.execute(SQL["buffer_state"], (buffer_id,)).fetchone()
         return BufferState(buffer_id, count or 0, tail, bool(dangling), updated)
 
     def remember(self, state: BufferState) -> None:
@@ -888,8 +913,9 @@ class SqliteBackend(Backend):
             target = sqlite3.connect(target_path)
             try:
                 with self._lock:
-                    self.connection().backup(target)
-                forget_replica(target)  # the copy is a sync replica of its own
+                    source = self.connection()
+                    source.backup(target)
+                    adopt_copy(source, target, register=not self.read_only)
             finally:
                 target.close()
             # SQLite opened the path again: it must still be the file created above.

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..positions import keys_between
@@ -88,6 +88,7 @@ class Merged(NamedTuple):
     conflicts: list[Conflict]
     replaced: int  # placeholders a real result replaced (MEM-10)
     rekeyed: int  # messages given a new position
+    edited: int = 0  # messages edited on one side since the last sync, taken by both
 
 
 def _metadata(entry: Entry) -> dict[str, Any]:
@@ -123,13 +124,23 @@ class _Item:
         self.declared = declared_call_ids(metadata) if entry.role == "assistant" else []
 
 
-def merge(a: Sequence[Entry], b: Sequence[Entry]) -> Merged:
+def merge(
+    a: Sequence[Entry],
+    b: Sequence[Entry],
+    base_a: Mapping[str, str] | None = None,
+    base_b: Mapping[str, str] | None = None,
+) -> Merged:
     """The history both sides hold after a sync; symmetric in ``a`` and ``b``
-    (up to the ``source`` labels)."""
+    (up to the ``source`` labels). ``base_a``/``base_b``: per message id, a prefix of
+    the fingerprint that side held at its last sync (a message only one side edited
+    since takes that side's version, with no conflict)."""
+    base_a = base_a or {}
+    base_b = base_b or {}
     by_a = {e.id: e for e in a}
     by_b = {e.id: e for e in b}
     conflicts: list[Conflict] = []
     replaced = 0
+    edited = 0
 
     # Anchors: the common messages, in the order both sides agree on.
     order_a = [e.id for e in a if e.id in by_b]
@@ -155,11 +166,17 @@ def merge(a: Sequence[Entry], b: Sequence[Entry]) -> Merged:
             items += [_Item(e, side, (k, side), e.position) for e in runs[side]]
         if k < len(order_a):
             id_ = order_a[k]
-            kept, source, conflict = _version(by_a[id_], by_b[id_])
+            kept, source, conflict = _version(
+                by_a[id_], by_b[id_], base_a.get(id_), base_b.get(id_)
+            )
             if conflict is not None:
                 conflicts.append(conflict)
             elif source != "ab":
-                replaced += 1  # a placeholder filled in place on one side (MEM-10)
+                other = by_b[id_] if source == "a" else by_a[id_]
+                if _healed(other, _metadata(other)):
+                    replaced += 1  # a placeholder filled in place on one side (MEM-10)
+                else:
+                    edited += 1  # edited on one side since the last sync
             position = max(by_a[id_].position, by_b[id_].position)
             items.append(_Item(kept, source, (k, "anchor"), position))
 
@@ -198,18 +215,26 @@ def merge(a: Sequence[Entry], b: Sequence[Entry]) -> Merged:
 
     merged = _placeholders_in_place(kept_items)
     placed, rekeyed = _positions(merged)
-    return Merged(placed, conflicts, replaced, rekeyed)
+    return Merged(placed, conflicts, replaced, rekeyed, edited)
 
 
-def _version(x: Entry, y: Entry) -> tuple[Entry, str, Conflict | None]:
-    """The version of a message both sides hold: the same, a real result over a
-    placeholder (MEM-10), else the lower fingerprint (the other is a conflict)."""
+def _version(
+    x: Entry, y: Entry, base_x: str | None, base_y: str | None
+) -> tuple[Entry, str, Conflict | None]:
+    """The version of a message both sides hold: the same; a real result over a
+    placeholder (MEM-10); the edited one when the other side still holds the version
+    it held at its last sync (``base_x``/``base_y``: a prefix of that fingerprint);
+    else the lower fingerprint (the other is a conflict)."""
     if x.fingerprint == y.fingerprint:
         return x, "ab", None
     healed_x = _healed(x, _metadata(x))
     healed_y = _healed(y, _metadata(y))
     if healed_x != healed_y:
         return (y, "b", None) if healed_x else (x, "a", None)
+    kept_x = base_x is not None and x.fingerprint.startswith(base_x)
+    kept_y = base_y is not None and y.fingerprint.startswith(base_y)
+    if kept_x != kept_y:  # edited on one side only since the last sync
+        return (y, "b", None) if kept_x else (x, "a", None)
     if x.fingerprint < y.fingerprint:
         return x, "a", Conflict("edit", y, "b", x.id, None)
     return y, "b", Conflict("edit", x, "a", y.id, None)
