@@ -68,8 +68,11 @@ SYNC_COMMON: dict[str, str] = {
     "sync_replica_drop": "DELETE FROM flowdrop_sync_replica",
     "sync_state_all": "SELECT scope, scope_id, key FROM flowdrop_sync_state",
     "sync_state_one": (
-        "SELECT digest, ids, summary FROM flowdrop_sync_state "
+        "SELECT digest, summary FROM flowdrop_sync_state "
         "WHERE scope = ? AND scope_id = ? AND key = ?"
+    ),
+    "sync_state_held": (
+        "SELECT ids FROM flowdrop_sync_state WHERE scope = ? AND scope_id = ? AND key = ?"
     ),
     "sync_state_put": (
         "INSERT INTO flowdrop_sync_state (scope, scope_id, key, digest, ids, summary) "

@@ -56,7 +56,13 @@ from .errors import InvalidMessage, MessageIdTaken
 from .model import AppendResult, Message
 from .positions import key_between, keys_between
 from .rules.incoming import Incoming, normalize
-from .rules.pairing import PLACEHOLDER_CONTENT, declared_call_ids, plan_healing
+from .rules.pairing import (
+    PLACEHOLDER_CONTENT,
+    declared_call_ids,
+    judge_result,
+    plan_healing,
+    repeats_known_calls,
+)
 
 Step = tuple[str, str, Any]
 Plan = Generator[Step, Any, Any]
@@ -344,24 +350,25 @@ def append(
                 open_calls.clear()
         elif role == "tool" and call_id is not None:
             found = results.get(call_id)
-            if found is not None:
-                if found[1] and not message.healed:  # MEM-10
-                    yield from writes.flush()
-                    yield (
-                        "write",
-                        "replace_placeholder",
-                        (
-                            message.content,
-                            message.content_parts,
-                            message.metadata,
-                            buffer_id,
-                            found[0],
-                        ),
-                    )
-                    replaced_ids.append(found[0])
-                    results[call_id] = (found[0], False)
-                else:  # MEM-1
-                    dropped += 1
+            verdict = judge_result(None if found is None else found[1], message.healed)
+            if found is not None and verdict == "replaces":  # MEM-10
+                yield from writes.flush()
+                yield (
+                    "write",
+                    "replace_placeholder",
+                    (
+                        message.content,
+                        message.content_parts,
+                        message.metadata,
+                        buffer_id,
+                        found[0],
+                    ),
+                )
+                replaced_ids.append(found[0])
+                results[call_id] = (found[0], False)
+                continue
+            if verdict == "duplicate":  # MEM-1
+                dropped += 1
                 continue
             if message.healed:
                 # A placeholder only ever stands in the tool run right after the
@@ -389,7 +396,7 @@ def append(
                 if at_end:
                     tail, tail_tally = position, count
                 continue
-        elif message.declared and known.issuperset(message.declared):  # MEM-2
+        elif repeats_known_calls(message.declared, known):  # MEM-2
             dropped += 1
             continue
         tail = _checked_position(place, tail, index)

@@ -343,28 +343,48 @@ class _View:
     ``rows`` are read otherwise (or always, with ``full``).
     """
 
-    __slots__ = ("buffer_id", "digest", "rows", "state", "summary")
+    __slots__ = (
+        "_held",
+        "address",
+        "buffer_id",
+        "digest",
+        "entries",
+        "rows",
+        "state",
+        "summary",
+        "tx",
+    )
 
     def __init__(self, side: _Side, address: Address, full: bool) -> None:
+        self.tx, self.address = side.tx, address
+        self._held: dict[str, str] | None = None
         found = side.tx.one("sync_summary_one", address)
         if found is not None:  # lock it (PostgreSQL), then read it again: no append
             side.tx.one("lock_buffer", (found[3],))  # can slip in before the commit
             found = side.tx.one("sync_summary_one", address)
         row = side.tx.one("sync_state_one", address)
-        self.state: tuple[str, dict[str, str], str] | None = (
-            None if row is None else (str(row[0]), _parse_held(str(row[1])), str(row[2]))
-        )
+        # (digest, summary) recorded at the last sync; what it held is read if needed
+        self.state: tuple[str, str] | None = None if row is None else (str(row[0]), str(row[1]))
         self.buffer_id: int | None = None if found is None else int(found[3])
         self.summary = None if found is None else _summary(found)
         self.rows: list[tuple[str, str, str]] | None = None
+        self.entries: list[Entry] | None = None  # as read, for a merge that follows
         if self.buffer_id is None:
             self.digest: str | None = None
-        elif not full and self.state is not None and self.state[2] == self.summary:
+        elif not full and self.state is not None and self.state[1] == self.summary:
             self.digest = self.state[0]
         else:
-            self.rows = [(e.id, e.position, e.fingerprint) for e in side.entries(self.buffer_id)]
+            self.entries = side.entries(self.buffer_id)
+            self.rows = [(e.id, e.position, e.fingerprint) for e in self.entries]
             self.digest = _digest(self.rows)
             side.buffers_read += 1
+
+    def held(self) -> dict[str, str]:
+        """What the buffer held at the last sync: id -> fingerprint prefix ({} if none)."""
+        if self._held is None:
+            row = self.tx.one("sync_state_held", self.address) if self.state else None
+            self._held = {} if row is None else _parse_held(str(row[0]))
+        return self._held
 
 
 def _held(rows: Iterable[tuple[str, str, str]]) -> str:
@@ -599,7 +619,7 @@ def _run(
             if view.state is None or view.digest == view.state[0]:
                 continue
             present = {row[0] for row in view.rows or ()}
-            gone += [(id_, address) for id_ in view.state[1] if id_ not in present]
+            gone += [(id_, address) for id_ in view.held() if id_ not in present]
         side.tombstone(gone)
     # 2. Tombstones travel; each side deletes what the other deleted.
     touched: set[Address] = set()
@@ -633,7 +653,7 @@ def _run(
                 if view.rows is not None:  # read: its state may be out of date
                     _keep_state(side, address, view.rows, view)
             continue
-        final = _merge_buffer(address, order[0], order[1], report)
+        final = _merge_buffer(address, order[0], order[1], report, address not in touched)
         report.add("buffers_merged", 1)
         for side in sides:
             _keep_state(side, address, final, views[side.label])
@@ -807,21 +827,24 @@ def _keep_state(
         if view.state is not None:
             side.tx.run("sync_state_drop", address)
         return
-    state = (_digest(rows), _parse_held(_held(rows)), _summary(found))
+    state = (_digest(rows), _summary(found))
     if view.state != state:
-        side.tx.run("sync_state_put", (*address, state[0], _held(rows), state[2]))
+        side.tx.run("sync_state_put", (*address, state[0], _held(rows), state[1]))
 
 
 def _merge_buffer(
-    address: Address, first: _Side, second: _Side, report: _Report
+    address: Address, first: _Side, second: _Side, report: _Report, unchanged: bool
 ) -> list[tuple[str, str, str]]:
-    """Merge one buffer: decide, write the first side, heal there, copy to the second."""
+    """Merge one buffer: decide, write the first side, heal there, copy to the second.
+    ``unchanged``: no tombstone changed it in this sync, so rows a view read stand."""
     buffer_ids = {}
     before: dict[str, list[Entry]] = {}
     for side in (first, second):
         state = side.tx.open("open_buffer", (*address, None))
         buffer_ids[side.label] = state.id
-        before[side.label] = side.entries(state.id)
+        view = side.views.get(address)
+        read = view.entries if view is not None and unchanged else None
+        before[side.label] = read if read is not None else side.entries(state.id)
     roles = {e.id: e.role for e in before[first.label]}
     for e in before[second.label]:
         if roles.get(e.id, e.role) != e.role:
@@ -831,9 +854,7 @@ def _merge_buffer(
                 "give one of them another id, then sync again"
             )
     bases = {
-        side.label: side.views[address].state[1]  # type: ignore[index]
-        if address in side.views and side.views[address].state is not None
-        else {}
+        side.label: side.views[address].held() if address in side.views else {}
         for side in (first, second)
     }
     merged: Merged = merge(before["a"], before["b"], bases["a"], bases["b"])

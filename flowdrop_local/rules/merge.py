@@ -48,7 +48,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..positions import keys_between
-from .pairing import declared_call_ids
+from .pairing import declared_call_ids, judge_result, repeats_known_calls
 
 
 class Entry(NamedTuple):
@@ -185,7 +185,7 @@ def merge(
     declared: dict[str, str] = {}  # call id -> the first turn declaring it
     result_at: dict[str, int] = {}  # call id -> index in kept_items of its result
     for item in items:
-        if item.declared and all(c in declared for c in item.declared):  # MEM-2
+        if repeats_known_calls(item.declared, declared):  # MEM-2
             first = declared[item.declared[0]]
             conflicts.append(Conflict("MEM-2", item.entry, item.source, first, item.declared[0]))
             continue
@@ -195,7 +195,7 @@ def merge(
         if call_id is not None and call_id in result_at:
             at = result_at[call_id]
             standing = kept_items[at]
-            if standing.healed and not item.healed:  # MEM-10: in its place
+            if judge_result(standing.healed, item.healed) == "replaces":  # MEM-10: in place
                 item.position = standing.position
                 item.unit = standing.unit
                 kept_items[at] = item

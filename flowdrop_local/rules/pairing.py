@@ -2,13 +2,16 @@
 
 Every reader of a declared call's id goes through :func:`call_id_of` (MEM-11):
 de-duplication (MEM-2), the ledger that healing reads (MEM-3) and the checker all
-agree on which calls a turn declares because they share it.
+agree on which calls a turn declares because they share it. The decisions an
+append makes on a turn or a result (MEM-2, MEM-1, MEM-10) are
+:func:`repeats_known_calls` and :func:`judge_result`; a sync's merge
+(:mod:`.merge`) makes the same ones with the same functions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
-from typing import Any, Final, TypeVar
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Final, Literal, TypeVar
 
 PLACEHOLDER_CONTENT: Final = "Tool call was interrupted; no result."
 
@@ -70,6 +73,33 @@ def is_placeholder(message: Mapping[str, Any]) -> bool:
         and isinstance(metadata, Mapping)
         and metadata.get("healed") is True
     )
+
+
+def repeats_known_calls(declared: Sequence[str], known: Collection[str]) -> bool:
+    """MEM-2: an assistant turn that declares calls, every one of them declared
+    already (by ``known`` turns), repeats a turn and is dropped. A turn with one new
+    call id is kept; a turn without calls is never a repeat (turns have no other
+    identity: equal texts are different messages)."""
+    return bool(declared) and all(call_id in known for call_id in declared)
+
+
+Verdict = Literal["new", "replaces", "duplicate"]
+
+
+def judge_result(standing: bool | None, incoming_healed: bool) -> Verdict:
+    """What a tool result does, given the call's standing result: ``None`` none,
+    ``True`` a healed placeholder, ``False`` a real result.
+
+    ``"new"``: the call's first result, kept. ``"replaces"`` (MEM-10): a real result
+    for a call answered by a placeholder takes the placeholder's place. ``"duplicate"``
+    (MEM-1): anything else for an answered call (a second result, or a placeholder)
+    is dropped; the standing result stays.
+    """
+    if standing is None:
+        return "new"
+    if standing and not incoming_healed:
+        return "replaces"
+    return "duplicate"
 
 
 def plan_healing(unanswered: Iterable[tuple[Anchor, str]]) -> list[tuple[Anchor, list[str]]]:
