@@ -80,6 +80,28 @@ SYNC_COMMON: dict[str, str] = {
         "DO UPDATE SET digest = excluded.digest, ids = excluded.ids, summary = excluded.summary"
     ),
     # Buffers synced once and gone now (deleted whole): a key-only walk of the state.
+    # A change that is not an append at the end (engine.edited): the next sync reads
+    # the buffer whole instead of trusting what it recorded.
+    "sync_forget_summary": (
+        "UPDATE flowdrop_sync_state SET summary = '' WHERE (scope, scope_id, key) IN "
+        "(SELECT scope, scope_id, key FROM buffers WHERE id = ?)"
+    ),
+    # Where a merge of what two sides appended starts reading: the last user turn at
+    # or before the old last row (the calls after it may still be answered later).
+    "sync_context_start": (
+        "SELECT max(position) FROM messages WHERE buffer_id = ? AND position <= ? "
+        "AND role = 'user'"
+    ),
+    # Before a merge writes the rows after a point: the unanswered calls leave the
+    # ledger (as the whole ledger does for a whole merge), so no write meets the
+    # MEM-3 backstop halfway; the turns written or read declare them again.
+    "sync_drop_unanswered": "DELETE FROM tool_calls WHERE buffer_id = ? AND answered_by IS NULL",
+    # After a merge wrote rows: calls a newly written result answers.
+    "sync_answered_refresh": (
+        "UPDATE tool_calls SET answered_by = (SELECT m.id FROM messages AS m "
+        "WHERE m.buffer_id = tool_calls.buffer_id AND m.tool_call_id = tool_calls.call_id) "
+        "WHERE buffer_id = ? AND answered_by IS NULL"
+    ),
     "sync_state_gone": (
         "SELECT s.scope, s.scope_id, s.key FROM flowdrop_sync_state AS s WHERE NOT EXISTS "
         "(SELECT 1 FROM buffers AS b WHERE b.scope = s.scope AND b.scope_id = s.scope_id "

@@ -355,7 +355,7 @@ class Buffer:
         yield "one", "lock_buffer", (buffer_id,)  # waits for an append in progress
         yield "write", "clear_ledger", (buffer_id,)
         cleared: int = yield "run", "clear_messages", (buffer_id,)
-        yield "write", "touch_edited", (buffer_id,)
+        yield from engine.edited(buffer_id)
         return cleared
 
     def append(

@@ -324,6 +324,7 @@ def append(
                 )
             stored_ids.add(id_)
     writes = _Writes(dangling)
+    placed_inside = False  # a placeholder placed before the last row
     open_calls = writes.open_calls
 
     for index, message in enumerate(batch):
@@ -395,6 +396,8 @@ def append(
                 open_calls.discard(call_id)
                 if at_end:
                     tail, tail_tally = position, count
+                else:
+                    placed_inside = True
                 continue
         elif repeats_known_calls(message.declared, known):  # MEM-2
             dropped += 1
@@ -436,8 +439,8 @@ def append(
         tail = row[0]
         dangling = True
     now = int(time.time())
-    if replaced_ids or evicted:  # an edit in place or a delete: never coarse (sync's summary)
-        yield "write", "touch_edited", (buffer_id,)
+    if replaced_ids or evicted or healed_ids or placed_inside:  # not only at the end
+        yield from edited(buffer_id)
         updated = now
     elif (new_ids or healed_ids) and now - updated >= UPDATED_AT_GRANULARITY:
         yield "write", "touch_buffer", (buffer_id,)
@@ -624,6 +627,18 @@ def _checked_position(place: Placement | None, tail: str | None, index: int) -> 
 # ------------------------------------------------------------------ removal
 
 
+def edited(buffer_id: int) -> Plan:
+    """After a change that is not a plain append at the end (a delete, an edit in
+    place, a row placed before the last one): ``updated_at`` moves strictly later,
+    and the summary offline sync recorded of the buffer is forgotten, so its next
+    sync reads the buffer whole instead of only what was appended since
+    (:mod:`flowdrop_local.syncing`). A store that never synced has no sync tables."""
+    yield "write", "touch_edited", (buffer_id,)
+    synced = yield "one", "sync_tables", ()
+    if synced[0]:
+        yield "run", "sync_forget_summary", (buffer_id,)
+
+
 def pop(buffer_id: int) -> Generator[Step, Any, tuple[Any, ...] | None]:
     """Remove the buffer's last message; return its ``(role, content, parts, metadata)``.
 
@@ -635,7 +650,7 @@ def pop(buffer_id: int) -> Generator[Step, Any, tuple[Any, ...] | None]:
     if row is None:
         return None
     yield "run", "delete_message", (buffer_id, row[0])  # the delete trigger keeps the tally
-    yield "write", "touch_edited", (buffer_id,)
+    yield from edited(buffer_id)
     return tuple(row[1:])
 
 
@@ -674,5 +689,5 @@ def remove_message(message_id: str) -> Generator[Step, Any, bool]:
     yield from heal(buffer_id, None, 0, count, healed, before_users_only=True)
     if healed:
         yield from _settle_tally(buffer_id, count + len(healed))
-    yield "write", "touch_edited", (buffer_id,)
+    yield from edited(buffer_id)
     return True

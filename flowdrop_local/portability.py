@@ -59,6 +59,7 @@ import attrs
 
 from .access import IDENTITY_SCOPES, SCOPES, resolve_address, usable_identity
 from .buffer import Buffer, Placement, check_address_part, new_message_id
+from .engine import drive, edited
 from .errors import (
     FlowdropError,
     InvalidAddress,
@@ -546,7 +547,7 @@ class _Importer:
         else:  # the buffer's first line
             existing = buffer.existing_id(self.tx)
             held = None if existing is None else self.tx.one("count", (existing,))
-            if held is not None and held[0]:  # no row: the buffer holds no message
+            if existing is not None and held is not None and held[0]:  # 0: holds no message
                 if not self.replace:
                     raise InvalidImport(
                         number,
@@ -554,7 +555,7 @@ class _Importer:
                     )
                 self.tx.write("clear_ledger", (existing,))
                 self.tx.write("clear_messages", (existing,))
-                self.tx.write("touch_edited", (existing,))
+                drive(edited(existing), self.tx)
                 self.replaced += 1
             run = self.runs[resolved] = _Run(address, number)
         # A later run of the same buffer goes on where the last one stopped.

@@ -492,7 +492,8 @@ class Sessions:
                     0, "content", "a healed placeholder is replaced by appending its real result"
                 )
             tx.write("update_message", (text, parts, mid))
-            tx.write("touch_edited_message", (mid,))
+            home = tx.one("message_for_removal", (mid,))
+            engine.drive(engine.edited(home[0]), tx)
             row = tx.one("message_by_id", (mid,))
         id_, position, role, stored, stored_parts, metadata, created_at = row
         return Message(

@@ -72,8 +72,10 @@ class SyncReport:
     after the merge (MEM-3); ``rekeyed``: messages given a new position.
     ``buffers_compared``: buffers looked at (those written on either side since the
     two last synced, or every buffer at their first sync); ``buffers_read``: of those,
-    the sides whose message rows were read (the others were known unchanged by their
-    summary); ``buffers_merged``: buffers that differed.
+    the sides read whole (the others were known unchanged by their summary, or only
+    appended to, and only their new rows were read); ``rows_read``: message rows read
+    on both sides (what a sync's cost follows); ``buffers_merged``: buffers that
+    differed.
     ``memory_a_to_b``: memory values ``b`` took from ``a``; ``memory_deleted_on_a``:
     keys deleted on ``a`` (a tombstone won); ``sessions_updated_on_a``: session rows
     written on ``a``; ``viewer_a_to_b``/``viewer_deleted_on_a``: grants copied and
@@ -86,6 +88,7 @@ class SyncReport:
     dry_run: bool
     buffers_compared: int = 0
     buffers_read: int = 0
+    rows_read: int = 0
     buffers_merged: int = 0
     sent_a_to_b: int = 0
     sent_b_to_a: int = 0
@@ -289,12 +292,15 @@ def conflicts(store: Store) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------- digests
 
 
-def _digest(rows: Iterable[tuple[str, str, str]]) -> str:
-    """A buffer's digest: its ids, positions and content fingerprints, in order."""
-    h = hashlib.md5(usedforsecurity=False)
+def _digest(rows: Iterable[tuple[str, str, str]], start: str = "") -> str:
+    """A buffer's digest: a chain over its ids, positions and content fingerprints,
+    in order, so the digest of a buffer grown at the end follows from the digest
+    of what it held before and the new rows alone."""
+    digest = start
     for id_, position, fingerprint in rows:
-        h.update(f"{id_} {position} {fingerprint}\n".encode())
-    return h.hexdigest()
+        line = f"{digest} {id_} {position} {fingerprint}"
+        digest = hashlib.md5(line.encode(), usedforsecurity=False).hexdigest()
+    return digest
 
 
 class _Buffer:
@@ -336,28 +342,21 @@ class _View:
     """One buffer on one side, as this sync sees it.
 
     ``summary``: the buffer's row id, ``updated_at`` and last row (position, tally),
-    or None when the buffer is absent. Every library write changes it (appends the
-    last row, deletes and edits in place a strictly later ``updated_at``), so when
-    it equals the summary recorded with the buffer's state at the last sync, the
-    recorded digest is still the buffer's digest and its rows need no reading.
-    ``rows`` are read otherwise (or always, with ``full``).
+    or None when the buffer is absent. Every library write changes it (an append
+    the last row; a delete or an edit in place a strictly later ``updated_at``), and
+    every change that is not an append at the end also blanks the summary recorded
+    with the buffer's state at the last sync (``engine.edited``). So, against that
+    recorded state, a buffer is ``unchanged`` (same summary: the recorded digest is
+    its digest, nothing is read), ``grown`` (only appended to at the end since:
+    only the new rows need reading), or ``other`` (read whole; also with ``full``).
     """
 
-    __slots__ = (
-        "_held",
-        "address",
-        "buffer_id",
-        "digest",
-        "entries",
-        "rows",
-        "state",
-        "summary",
-        "tx",
-    )
+    __slots__ = ("_entries", "_held", "address", "buffer_id", "full", "side", "state", "summary")
 
     def __init__(self, side: _Side, address: Address, full: bool) -> None:
-        self.tx, self.address = side.tx, address
-        self._held: dict[str, str] | None = None
+        self.side, self.address, self.full = side, address, full
+        self._held: str | None = None
+        self._entries: list[Entry] | None = None
         found = side.tx.one("sync_summary_one", address)
         if found is not None:  # lock it (PostgreSQL), then read it again: no append
             side.tx.one("lock_buffer", (found[3],))  # can slip in before the commit
@@ -367,24 +366,53 @@ class _View:
         self.state: tuple[str, str] | None = None if row is None else (str(row[0]), str(row[1]))
         self.buffer_id: int | None = None if found is None else int(found[3])
         self.summary = None if found is None else _summary(found)
-        self.rows: list[tuple[str, str, str]] | None = None
-        self.entries: list[Entry] | None = None  # as read, for a merge that follows
+
+    @property
+    def kind(self) -> str:
+        """``absent``, ``unchanged``, ``grown`` or ``other`` (see the class)."""
         if self.buffer_id is None:
-            self.digest: str | None = None
-        elif not full and self.state is not None and self.state[1] == self.summary:
-            self.digest = self.state[0]
-        else:
-            self.entries = side.entries(self.buffer_id)
-            self.rows = [(e.id, e.position, e.fingerprint) for e in self.entries]
-            self.digest = _digest(self.rows)
-            side.buffers_read += 1
+            return "absent"
+        if self.full or self.state is None or not self.state[1]:
+            return "other"
+        if self.state[1].split("|")[0] != str(self.buffer_id):
+            return "other"  # deleted and made again
+        return "unchanged" if self.state[1] == self.summary else "grown"
+
+    @property
+    def entries(self) -> list[Entry]:
+        """Every message of the buffer, read once (and counted in ``buffers_read``)."""
+        if self._entries is None:
+            self._entries = [] if self.buffer_id is None else self.side.entries(self.buffer_id)
+            self.side.buffers_read += 1
+        return self._entries
+
+    @property
+    def read(self) -> bool:
+        return self._entries is not None
+
+    @property
+    def rows(self) -> list[tuple[str, str, str]]:
+        return [(e.id, e.position, e.fingerprint) for e in self.entries]
+
+    @property
+    def digest(self) -> str | None:
+        if self.buffer_id is None:
+            return None
+        if self.kind == "unchanged":
+            assert self.state is not None
+            return self.state[0]
+        return _digest(self.rows)
+
+    def held_text(self) -> str:
+        """The recorded ids (and fingerprint prefixes) of the last sync ('' if none)."""
+        if self._held is None:
+            row = self.side.tx.one("sync_state_held", self.address) if self.state else None
+            self._held = "" if row is None else str(row[0])
+        return self._held
 
     def held(self) -> dict[str, str]:
         """What the buffer held at the last sync: id -> fingerprint prefix ({} if none)."""
-        if self._held is None:
-            row = self.tx.one("sync_state_held", self.address) if self.state else None
-            self._held = {} if row is None else _parse_held(str(row[0]))
-        return self._held
+        return _parse_held(self.held_text())
 
 
 def _held(rows: Iterable[tuple[str, str, str]]) -> str:
@@ -418,6 +446,7 @@ class _Side:
         self.now = str(tx.one("sync_now")[0])  # this store's clock: the next mark
         self.views: dict[Address, _View] = {}
         self.buffers_read = 0
+        self.rows_read = 0
 
     def view(self, address: Address, full: bool) -> _View:
         if address not in self.views:
@@ -443,7 +472,17 @@ class _Side:
             self.tx.many("sync_tombstone_put", params)
 
     def entries(self, buffer_id: int) -> list[Entry]:
-        return [Entry(*row) for row in self.tx.all("sync_light", (buffer_id,))]
+        found = [Entry(*row) for row in self.tx.all("sync_light", (buffer_id,))]
+        self.rows_read += len(found)
+        return found
+
+    def entries_from(self, buffer_id: int, start: str) -> list[Entry]:
+        """The buffer's messages at and after position ``start`` ('': all)."""
+        if not start:
+            return self.entries(buffer_id)
+        found = [Entry(*row) for row in self.tx.all("sync_light_from", (buffer_id, start))]
+        self.rows_read += len(found)
+        return found
 
     def contents(self, ids: Iterable[str]) -> dict[str, tuple[str, int]]:
         wanted = list(dict.fromkeys(ids))
@@ -598,11 +637,18 @@ def _run(
     for side in sides:
         last = marks[side.label]
         addresses |= _changed(side, _before(last, MARGIN) if incremental and last else "", scopes)
-    home: dict[str, dict[str, Address]] = {"a": {}, "b": {}}
+    # A buffer not known unchanged or grown only at the end is read whole.
     for address in sorted(addresses):
         for side in sides:
-            for id_, _, _ in side.view(address, full).rows or ():
-                home[side.label][id_] = address
+            view = side.view(address, full)
+            if view.kind == "other":
+                view.entries  # noqa: B018 (read now: the checks below use its rows)
+    home: dict[str, dict[str, Address]] = {"a": {}, "b": {}}
+    for side in sides:
+        for address, view in side.views.items():
+            if view.read:
+                for e in view.entries:
+                    home[side.label][e.id] = address
     for id_ in home["a"].keys() & home["b"].keys():
         if home["a"][id_] != home["b"][id_]:
             raise SyncIdConflict(
@@ -610,15 +656,15 @@ def _run(
                 f"and in buffer {'/'.join(home['b'][id_])} on {b.store.path}: an id names one "
                 "message in a store; give one of them another id, then sync again"
             )
-    # 1. What each side deleted since its last sync becomes its tombstones (only a
-    # buffer whose rows were read can have lost any).
+    # 1. What each side deleted since its last sync becomes its tombstones (a buffer
+    # unchanged or only appended to since has lost nothing).
     for side in sides:
         gone: list[tuple[str, Address]] = []
         for address in sorted(addresses):
             view = side.views[address]
-            if view.state is None or view.digest == view.state[0]:
+            if view.state is None or view.kind in ("unchanged", "grown"):
                 continue
-            present = {row[0] for row in view.rows or ()}
+            present = {e.id for e in view.entries}
             gone += [(id_, address) for id_ in view.held() if id_ not in present]
         side.tombstone(gone)
     # 2. Tombstones travel; each side deletes what the other deleted.
@@ -642,21 +688,34 @@ def _run(
                 if drive(remove_message(id_), target.tx):
                     touched.add(address_of)
                     report.add(f"deleted_on_{target.label}", 1)
-    # 3. Buffers that differ merge.
+    # 3. Buffers that differ merge: only their new rows when both sides only grew at
+    # the end since they last held the same (equal recorded digests), else whole.
     addresses |= touched
     report.add("buffers_compared", len(addresses))
     for address in sorted(addresses):
         views = {side.label: side.view(address, full) for side in sides}
-        if address not in touched and views["a"].digest == views["b"].digest:
+        kinds = {views[label].kind for label in views}
+        recorded = {view.state[0] if view.state else None for view in views.values()}
+        state: tuple[str, str, bool] | None = None
+        if address in touched:
+            pass
+        elif kinds <= {"unchanged", "grown"} and len(recorded) == 1:
+            if kinds == {"unchanged"}:
+                continue
+            state = _merge_buffer(address, order[0], order[1], report, grown=True)
+        elif views["a"].digest == views["b"].digest:
             for side in sides:
                 view = views[side.label]
-                if view.rows is not None:  # read: its state may be out of date
-                    _keep_state(side, address, view.rows, view)
+                if view.read:  # its recorded state may be out of date
+                    _keep_state(side, address, _digest(view.rows), _held(view.rows), view)
             continue
-        final = _merge_buffer(address, order[0], order[1], report, address not in touched)
-        report.add("buffers_merged", 1)
+        if state is None:
+            stale = address in touched
+            state = _merge_buffer(address, order[0], order[1], report, grown=False, stale=stale)
+            assert state is not None
+        report.add("buffers_merged", int(state[2]))
         for side in sides:
-            _keep_state(side, address, final, views[side.label])
+            _keep_state(side, address, state[0], state[1], views[side.label])
     # 4. Sessions (before their grants), viewer grants, memory: last writer wins.
     _sync_sessions(a, b, scopes, report)
     _sync_registers(a, b, _VIEWERS, scopes, report)
@@ -671,6 +730,7 @@ def _run(
         if scopes.everything:
             source.tx.run("sync_ack_put", (target.replica, mark))
     report.add("buffers_read", a.buffers_read + b.buffers_read)
+    report.add("rows_read", a.rows_read + b.rows_read)
     # 6. The marks of this pair: both now hold the same buffers (in these scopes).
     for side, other in ((a, b), (b, a)):
         side.tx.run("sync_mark_put", (other.replica, scopes.key, side.now))
@@ -817,34 +877,67 @@ def _sync_sessions(a: _Side, b: _Side, scopes: _Scopes, report: _Report) -> None
                 side.tx.run("sync_kv_state_put", ("session", session_id, row, ""))
 
 
-def _keep_state(
-    side: _Side, address: Address, rows: list[tuple[str, str, str]], view: _View
-) -> None:
-    """Remember what the buffer holds now (its ids, for the next sync's deletions) and
-    its summary now (so the next sync reads it only if it changed)."""
+def _keep_state(side: _Side, address: Address, digest: str, held: str, view: _View) -> None:
+    """Remember what the buffer holds now (its digest, and its ids for the next sync's
+    deletions) and its summary now (so the next sync reads it only if it changed)."""
     found = side.tx.one("sync_summary_one", address)
     if found is None:  # no buffer (an empty one keeps its state: it has a summary)
         if view.state is not None:
             side.tx.run("sync_state_drop", address)
         return
-    state = (_digest(rows), _summary(found))
+    state = (digest, _summary(found))
     if view.state != state:
-        side.tx.run("sync_state_put", (*address, state[0], _held(rows), state[1]))
+        side.tx.run("sync_state_put", (*address, digest, held, state[1]))
 
 
 def _merge_buffer(
-    address: Address, first: _Side, second: _Side, report: _Report, unchanged: bool
-) -> list[tuple[str, str, str]]:
+    address: Address,
+    first: _Side,
+    second: _Side,
+    report: _Report,
+    *,
+    grown: bool,
+    stale: bool = False,
+) -> tuple[str, str, bool] | None:
     """Merge one buffer: decide, write the first side, heal there, copy to the second.
-    ``unchanged``: no tombstone changed it in this sync, so rows a view read stand."""
+    Returns the buffer's state as both sides now hold it (digest, held ids), and
+    whether anything was merged.
+
+    ``grown``: both sides only appended at the end since they last held the same
+    rows (up to the recorded last row): read and merge from the last user turn at or
+    before that row (the calls after it may be answered by either side), keep the
+    rest as it is. None when that does not hold after all (nothing is written
+    then): the caller merges the buffer whole. ``stale``: a tombstone changed the
+    buffer in this sync, so rows read before are read again.
+    """
+    views = {side.label: side.views[address] for side in (first, second)}
     buffer_ids = {}
     before: dict[str, list[Entry]] = {}
+    tail: tuple[str, int, str] | None = None  # last position, count up to it, digest
+    start = ""
+    if grown:
+        state = views[first.label].state
+        assert state is not None
+        _, _, last, tally = state[1].split("|")[:4]
+        tail = (last, int(tally), state[0])
     for side in (first, second):
-        state = side.tx.open("open_buffer", (*address, None))
-        buffer_ids[side.label] = state.id
-        view = side.views.get(address)
-        read = view.entries if view is not None and unchanged else None
-        before[side.label] = read if read is not None else side.entries(state.id)
+        buffer_id = side.tx.open("open_buffer", (*address, None)).id
+        buffer_ids[side.label] = buffer_id
+        view = views[side.label]
+        if tail is not None:
+            row = side.tx.one("sync_context_start", (buffer_id, tail[0]))
+            start = "" if row is None or row[0] is None else str(row[0])
+            before[side.label] = side.entries_from(buffer_id, start)
+        else:
+            fresh = view.read and not stale
+            before[side.label] = view.entries if fresh else side.entries(buffer_id)
+    context: list[str] = []
+    if tail is not None:
+        context = [e.id for e in before[first.label] if e.position <= tail[0]]
+        if context != [e.id for e in before[second.label] if e.position <= tail[0]]:
+            return None
+        if all(len(rows) == len(context) for rows in before.values()):
+            return tail[2], views[first.label].held_text(), False  # nothing new
     roles = {e.id: e.role for e in before[first.label]}
     for e in before[second.label]:
         if roles.get(e.id, e.role) != e.role:
@@ -853,63 +946,40 @@ def _merge_buffer(
                 f"on one side and a {e.role} message on the other: an id names one message; "
                 "give one of them another id, then sync again"
             )
-    bases = {
-        side.label: side.views[address].held() if address in side.views else {}
-        for side in (first, second)
-    }
+    bases = {label: {} if tail else views[label].held() for label in views}
     merged: Merged = merge(before["a"], before["b"], bases["a"], bases["b"])
+    if tail is not None:  # the rows both held stay where they are, the new ones after
+        inside = [p.entry.id for p in merged.placed if p.position <= tail[0]]
+        if inside != context:
+            return None
     sides = {first.label: first, second.label: second}
-    # Conflicts keep the whole dropped message, on both sides.
-    if merged.conflicts:
-        now = _now()
-        rows = []
-        for conflict in merged.conflicts:
-            holder = sides[conflict.dropped_side]
-            content, parts = holder.contents([conflict.dropped.id])[conflict.dropped.id]
-            message = {
-                "id": conflict.dropped.id,
-                "role": conflict.dropped.role,
-                "content": json.loads(content) if parts else content,
-                "metadata": json.loads(conflict.dropped.metadata),
-                "created_at": conflict.dropped.created_at,
-            }
-            rows.append(
-                (
-                    conflict.dropped.id,
-                    conflict.rule,
-                    *address,
-                    conflict.call_id,
-                    conflict.kept_id,
-                    json.dumps(message, ensure_ascii=False),
-                    now,
-                )
-            )
-            report.conflict(conflict.rule)
-        for side in (first, second):
-            side.tx.many("sync_conflict_put", rows)
+    _record_conflicts(merged, address, sides, report)
     report.add("replaced", merged.replaced)
     report.add("edited", merged.edited)
+    # Messages before what was read (a grown buffer's older rows) count too.
+    above = 0 if tail is None else tail[1] - len(context)
     # The first side: the merged rows, then healing (the engine's), as an append would.
     target = [
         (p.entry, p.position, sides[p.source[0]] if p.source != "ab" else first)
         for p in merged.placed
     ]
-    _write(first, buffer_ids[first.label], before[first.label], target, report)
+    first_id, second_id = buffer_ids[first.label], buffer_ids[second.label]
+    _write(first, first_id, before[first.label], target, whole=tail is None)
     healed: list[str] = []
-    count = len(target)
-    drive(heal(buffer_ids[first.label], None, 0, count, healed, before_users_only=True), first.tx)
+    count = above + len(target)
+    drive(heal(first_id, None, 0, count, healed, before_users_only=True), first.tx)
     report.add("healed", len(healed))
-    _settle(first, buffer_ids[first.label], count + len(healed))
-    final = first.entries(buffer_ids[first.label])
+    _settle(first, first_id, count + len(healed))
+    final = first.entries_from(first_id, start)
     # The second side: a copy of the first.
     _write(
         second,
-        buffer_ids[second.label],
+        second_id,
         before[second.label],
         [(e, e.position, first) for e in final],
-        report,
+        whole=tail is None,
     )
-    _settle(second, buffer_ids[second.label], len(final))
+    _settle(second, second_id, above + len(final))
     # Every message that was on a side and is not now is a tombstone on both.
     kept = {e.id for e in final}
     for side in (first, second):
@@ -928,7 +998,50 @@ def _merge_buffer(
     was = {e.id: e.position for side in before.values() for e in side}
     rekeyed = [e.id for e in final if e.id in was and was[e.id] != e.position]
     report.add("rekeyed", len(rekeyed))
-    return [(e.id, e.position, e.fingerprint) for e in final]
+    rows = [(e.id, e.position, e.fingerprint) for e in final]
+    if tail is None:
+        return _digest(rows), _held(rows), True
+    if [row[0] for row in rows if row[1] <= tail[0]] != context:
+        # Healing placed a row among the older ones: read the buffer whole.
+        rows = [(e.id, e.position, e.fingerprint) for e in first.entries(first_id)]
+        return _digest(rows), _held(rows), True
+    grown_rows = [row for row in rows if row[1] > tail[0]]
+    held = " ".join(filter(None, (views[first.label].held_text(), _held(grown_rows))))
+    return _digest(grown_rows, tail[2]), held, True
+
+
+def _record_conflicts(
+    merged: Merged, address: Address, sides: dict[str, _Side], report: _Report
+) -> None:
+    """Conflicts keep the whole dropped message, on both sides."""
+    if not merged.conflicts:
+        return
+    now = _now()
+    rows = []
+    for conflict in merged.conflicts:
+        holder = sides[conflict.dropped_side]
+        content, parts = holder.contents([conflict.dropped.id])[conflict.dropped.id]
+        message = {
+            "id": conflict.dropped.id,
+            "role": conflict.dropped.role,
+            "content": json.loads(content) if parts else content,
+            "metadata": json.loads(conflict.dropped.metadata),
+            "created_at": conflict.dropped.created_at,
+        }
+        rows.append(
+            (
+                conflict.dropped.id,
+                conflict.rule,
+                *address,
+                conflict.call_id,
+                conflict.kept_id,
+                json.dumps(message, ensure_ascii=False),
+                now,
+            )
+        )
+        report.conflict(conflict.rule)
+    for side in sides.values():
+        side.tx.many("sync_conflict_put", rows)
 
 
 def _write(
@@ -936,11 +1049,15 @@ def _write(
     buffer_id: int,
     current: list[Entry],
     target: list[tuple[Entry, str, _Side]],
-    report: _Report,
+    *,
+    whole: bool,
 ) -> None:
     """Make one side's buffer hold ``target`` (entry, position, the side holding its
-    version): delete what goes or moves, insert what comes or moved, update what
-    changed in place; then the ledger is rebuilt from the messages."""
+    version) where it holds ``current``: delete what goes or moves, insert what
+    comes or moved, update what changed in place. ``whole``: ``current`` is the
+    whole buffer, and the ledger is rebuilt from ``target``; else (the rows from a
+    user turn on) the ledger keeps its answered calls, and the turns of ``target``
+    declare theirs again (INSERT OR IGNORE), each with the result answering it."""
     have = {e.id: e for e in current}
     inserts = [
         (e, position, source)
@@ -967,9 +1084,12 @@ def _write(
     for source, ids in by_source.values():
         contents.update(source.contents(ids))
     tx = side.tx
-    tx.run("clear_ledger", (buffer_id,))  # no ledger while rows move: rebuilt below
-    for id_ in deletes:
+    if whole:
+        tx.run("clear_ledger", (buffer_id,))  # no ledger while rows move: rebuilt below
+    for id_ in deletes:  # (the ledger's rows of a deleted turn go with it)
         tx.run("delete_message", (buffer_id, id_))
+    if not whole:  # unanswered calls are declared after the last user turn: in target
+        tx.run("sync_drop_unanswered", (buffer_id,))
     if inserts:
         tx.many(
             "insert_message",
@@ -988,6 +1108,8 @@ def _write(
                 declarations.append((buffer_id, call_id, e.id, ordinal))
     if declarations:
         tx.many("declare_call", declarations)
+    if not whole:
+        tx.run("sync_answered_refresh", (buffer_id,))
     tx.write("touch_edited", (buffer_id,))
 
 

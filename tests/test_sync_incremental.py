@@ -168,28 +168,37 @@ def aged(store: Store) -> None:
 
 
 def test_a_sync_reads_only_what_changed(tmp_path: Path) -> None:
-    """40 buffers of 30 messages; after the first sync, one append on each side reads
-    two buffers (one per side), merges them, and the sync after that reads none."""
+    """40 buffers of 30 messages. A sync reads only what was appended since the two
+    last held the same (from the last user turn before it), not the buffers whole,
+    and the sync after that reads nothing."""
     a = Store(str(tmp_path / "a.db"))
     for n in range(40):
-        a.buffer("global", "", f"b{n}").append([user(f"q{i}") for i in range(30)])
+        a.buffer("global", "", f"b{n}").append(
+            [user(f"q{i}") if i % 2 == 0 else said(f"a{i}") for i in range(30)]
+        )
     enable(a)
     a.backup(str(tmp_path / "b.db"))
     b = Store(str(tmp_path / "b.db"))
-    aged(a)
+    aged(a)  # behind the library: every summary changed, no row did
     aged(b)
     first = sync(a, b)
-    assert (first.buffers_compared, first.buffers_read, first.moved) == (40, 80, 0)
+    # Each side reads its last two rows per buffer (the last user turn, the reply).
+    assert (first.buffers_compared, first.buffers_read, first.rows_read) == (40, 0, 160)
+    assert (first.buffers_merged, first.moved) == (0, 0)
     a.buffer("global", "", "b7").append(user("from a"))
     b.buffer("global", "", "b30").append(user("from b"))
     second = sync(a, b)
-    assert (second.buffers_compared, second.buffers_read, second.buffers_merged) == (2, 2, 2)
+    assert (second.buffers_compared, second.buffers_read, second.buffers_merged) == (2, 0, 2)
+    # Per buffer: the last user turn and its reply on both sides, the new turn on
+    # one, then the first side's merged rows read back: 3 + 2 + 3.
+    assert second.rows_read == 2 * (3 + 2 + 3)
     assert (second.sent_a_to_b, second.sent_b_to_a) == (1, 1)
     third = sync(a, b)
     # The two merged buffers were written by the sync, so they are looked at again,
     # but their summaries are the ones it recorded: nothing is read.
-    assert (third.buffers_compared, third.buffers_read, third.moved) == (2, 0, 0)
+    assert (third.buffers_compared, third.rows_read, third.moved) == (2, 0, 0)
     converged(a, b)
+    assert sync(a, b, full=True).moved == 0
 
 
 def _remove_result(store: Store) -> None:
@@ -291,3 +300,36 @@ def test_full_reads_a_change_made_behind_the_library(tmp_path: Path) -> None:
     assert sync(a, b, full=True).sent_a_to_b == 1
     in_sync(a, b)
     assert [m.content for m in b.buffer(*KEYS[0]).messages()][-1] == "behind"
+
+
+def _wal_frames(path: Path) -> int:
+    wal = Path(f"{path}-wal")
+    size = wal.stat().st_size if wal.exists() else 0
+    return 0 if size == 0 else (size - 32) // (4096 + 24)
+
+
+def test_tracking_changes_costs_a_plain_append_no_page(tmp_path: Path) -> None:
+    """Sync keeps no change log: on a store that syncs, a plain append writes the
+    pages it writes on a store that never synced (the row and the id index; counted
+    as WAL frames), and nothing of sync's tables."""
+    written = {}
+    for name in ("never.db", "synced.db"):
+        path = tmp_path / name
+        with Store(str(path)) as store:
+            assert store.backend.connection().execute("PRAGMA page_size").fetchone() == (4096,)
+            buf = store.buffer(*KEYS[0])
+            buf.append([user(f"q{i}") for i in range(200)])
+            if name == "synced.db":
+                enable(store)
+                store.backup(str(tmp_path / "peer.db"))
+                with Store(str(tmp_path / "peer.db")) as peer:
+                    sync(store, peer)
+            buf.append(user("warm"))  # the coarse updated_at was written just now
+            frames = []
+            for i in range(5):
+                before = _wal_frames(path)
+                buf.append(user(f"plain {i}"))
+                frames.append(_wal_frames(path) - before)
+            written[name] = frames
+    assert written["synced.db"] == written["never.db"], written
+    assert written["never.db"] == [2] * 5, written  # the clustered row and the id index

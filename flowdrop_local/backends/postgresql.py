@@ -158,9 +158,6 @@ SQL: dict[str, str] = {
     "set_tally": "UPDATE messages SET tally = %s WHERE buffer_id = %s AND position = %s",
     "touch_buffer": f"UPDATE buffers SET updated_at = {_NOW} WHERE id = %s",
     "touch_edited": f"UPDATE buffers SET {_EDITED} WHERE id = %s",
-    "touch_edited_message": (
-        f"UPDATE buffers SET {_EDITED} WHERE id = (SELECT buffer_id FROM messages WHERE id = %s)"
-    ),
     "unanswered_calls": (
         "SELECT m.position, t.call_id, (SELECT min(n.position) FROM messages AS n "
         "WHERE n.buffer_id = t.buffer_id AND n.position > m.position) "
@@ -362,6 +359,10 @@ SQL: dict[str, str] = {
     "sync_light": (
         f"SELECT id, position, role, metadata, {_CONTENT_MD5}, created_at "
         "FROM messages AS m WHERE buffer_id = %s ORDER BY position"
+    ),
+    "sync_light_from": (
+        f"SELECT id, position, role, metadata, {_CONTENT_MD5}, created_at "
+        "FROM messages AS m WHERE buffer_id = %s AND position >= %s ORDER BY position"
     ),
     "sync_contents": "SELECT id, content, content_parts FROM messages WHERE id = ANY(%s)",
     **{name: sql.replace("?", "%s") for name, sql in SYNC_COMMON.items()},

@@ -149,10 +149,6 @@ SQL: dict[str, str] = {
     # After a delete or an in-place edit: a strictly later time (never equal, even
     # within one millisecond), so sync's per-buffer summary sees every change.
     "touch_edited": f"UPDATE buffers SET {_EDITED} WHERE id = ?",
-    "touch_edited_message": (
-        f"UPDATE buffers SET {_EDITED} "
-        "WHERE id = (SELECT buffer_id FROM messages WHERE id = id_blob(?))"
-    ),
     # INDEXED BY: the planner, without statistics, prefers the primary key, which
     # walks every declared call of the buffer instead of the unanswered ones.
     # With each call, its declaring turn's successor (where its placeholders go before).
@@ -361,6 +357,11 @@ SQL: dict[str, str] = {
         "SELECT id_text(id), position, role, metadata, "
         "content_md5(content, metadata, content_parts), created_at "
         "FROM messages WHERE buffer_id = ? ORDER BY position"
+    ),
+    "sync_light_from": (
+        "SELECT id_text(id), position, role, metadata, "
+        "content_md5(content, metadata, content_parts), created_at "
+        "FROM messages WHERE buffer_id = ? AND position >= ? ORDER BY position"
     ),
     "sync_contents": (
         "SELECT id_text(id), content, content_parts FROM messages "
