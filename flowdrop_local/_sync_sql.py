@@ -8,9 +8,11 @@ schema check accepts them beside ours and no write path of the library ever
 touches them.
 
 * ``flowdrop_sync_replica``: one row, this store's replica id (a UUID).
-* ``flowdrop_sync_state``: per buffer address, the message ids and the digest it
-  had when the store last synced (with any peer): a message that was there then
-  and is gone now was deleted here, and becomes a tombstone at the next sync.
+* ``flowdrop_sync_state``: per buffer address, the message ids (with a prefix of
+  each fingerprint), the digest and the summary it had when the store last synced
+  (with any peer): a message that was there then and is gone now was deleted here,
+  and becomes a tombstone at the next sync; a summary still the same means nothing
+  changed (blanked by ``engine.edited`` on any change but an append at the end).
 * ``flowdrop_sync_tombstones``: deleted message ids, numbered by a per-store
   sequence ``seq`` (the change sequence peers keep a high-water mark of).
 * ``flowdrop_sync_peers``: per peer replica, the highest ``seq`` of its tombstones
@@ -18,9 +20,16 @@ touches them.
 * ``flowdrop_sync_acks``: per peer, the highest ``seq`` of this store's tombstones
   that peer has received (its mark of this store, learnt at a full sync):
   tombstones every known peer has received are compacted.
+* ``flowdrop_sync_marks``: per peer and scope set, this store's clock when their
+  last sync began and that sync's id (the same on both): buffers not written since
+  on either side are the same on both.
+* ``flowdrop_sync_versions``: for a message edited in place, the generation of the
+  version this store holds (1 for the first edit a sync found, and so on): of two
+  versions the later generation wins; equal generations are a conflict.
 * ``flowdrop_sync_conflicts``: what a merge dropped that was not a duplicate
   (MEM-1: a second real result; MEM-2: a turn whose calls the other side declared;
-  ``edit``: one message changed two ways), with the whole message, for the user.
+  ``edit``: one message changed two ways), with the whole message, for the user;
+  keyed by the dropped id and its version (the fingerprint).
 * ``flowdrop_sync_kv_state``: the memory keys (``kind`` 'memory': scope, scope_id,
   key) and viewer grants ('viewer': session id, user id, '') present at the last
   sync: one there then and gone now was deleted (revoked) here; and ('session':
@@ -49,9 +58,11 @@ SYNC_TABLES: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS flowdrop_sync_tombstones_seq ON flowdrop_sync_tombstones (seq)",
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_peers "
     "(peer TEXT PRIMARY KEY, received BIGINT NOT NULL, synced_at TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS flowdrop_sync_conflicts (dropped_id TEXT PRIMARY KEY, "
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_conflicts (dropped_id TEXT NOT NULL, "
+    "version TEXT NOT NULL, "
     "rule TEXT NOT NULL, scope TEXT NOT NULL, scope_id TEXT NOT NULL, key TEXT NOT NULL, "
-    "call_id TEXT, kept_id TEXT, message TEXT NOT NULL, recorded_at TEXT NOT NULL)",
+    "call_id TEXT, kept_id TEXT, message TEXT NOT NULL, recorded_at TEXT NOT NULL, "
+    "PRIMARY KEY (dropped_id, version))",
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_kv_state (kind TEXT NOT NULL, "
     "k1 TEXT NOT NULL, k2 TEXT NOT NULL, k3 TEXT NOT NULL, PRIMARY KEY (kind, k1, k2, k3))",
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_kv_tombstones (kind TEXT NOT NULL, "
@@ -59,7 +70,10 @@ SYNC_TABLES: tuple[str, ...] = (
     "PRIMARY KEY (kind, k1, k2, k3))",
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_acks (peer TEXT PRIMARY KEY, acked BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_marks (peer TEXT NOT NULL, "
-    "scopes TEXT NOT NULL, since TEXT NOT NULL, PRIMARY KEY (peer, scopes))",
+    "scopes TEXT NOT NULL, since TEXT NOT NULL, sync_id TEXT NOT NULL, "
+    "PRIMARY KEY (peer, scopes))",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_versions (id TEXT PRIMARY KEY, "
+    "fingerprint TEXT NOT NULL, generation BIGINT NOT NULL)",
 )
 
 SYNC_COMMON: dict[str, str] = {
@@ -109,12 +123,26 @@ SYNC_COMMON: dict[str, str] = {
     ),
     # The latest time this store finished a sync with the peer covering these scopes
     # (or everything): both held the same buffers then.
-    "sync_mark": (
-        "SELECT max(since) FROM flowdrop_sync_marks WHERE peer = ? AND scopes IN (?, 'all')"
+    "sync_marks": (
+        "SELECT scopes, since, sync_id FROM flowdrop_sync_marks "
+        "WHERE peer = ? AND scopes IN (?, 'all')"
     ),
     "sync_mark_put": (
-        "INSERT INTO flowdrop_sync_marks (peer, scopes, since) VALUES (?, ?, ?) "
-        "ON CONFLICT (peer, scopes) DO UPDATE SET since = excluded.since"
+        "INSERT INTO flowdrop_sync_marks (peer, scopes, since, sync_id) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (peer, scopes) DO UPDATE SET since = excluded.since, "
+        "sync_id = excluded.sync_id"
+    ),
+    "sync_peers_all": "SELECT peer FROM flowdrop_sync_peers",
+    # A peer of a peer: known from now on, having received none of our tombstones.
+    "sync_peer_adopt": (
+        "INSERT INTO flowdrop_sync_peers (peer, received, synced_at) VALUES (?, 0, ?) "
+        "ON CONFLICT (peer) DO NOTHING"
+    ),
+    "sync_version": "SELECT fingerprint, generation FROM flowdrop_sync_versions WHERE id = ?",
+    "sync_version_put": (
+        "INSERT INTO flowdrop_sync_versions (id, fingerprint, generation) VALUES (?, ?, ?) "
+        "ON CONFLICT (id) DO UPDATE SET fingerprint = excluded.fingerprint, "
+        "generation = excluded.generation"
     ),
     "sync_state_drop": (
         "DELETE FROM flowdrop_sync_state WHERE scope = ? AND scope_id = ? AND key = ?"
@@ -149,9 +177,9 @@ SYNC_COMMON: dict[str, str] = {
         "synced_at = excluded.synced_at"
     ),
     "sync_conflict_put": (
-        "INSERT INTO flowdrop_sync_conflicts (dropped_id, rule, scope, scope_id, key, call_id, "
-        "kept_id, message, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (dropped_id) DO NOTHING"
+        "INSERT INTO flowdrop_sync_conflicts (dropped_id, version, rule, scope, scope_id, key, "
+        "call_id, kept_id, message, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (dropped_id, version) DO NOTHING"
     ),
     "sync_kv_state": "SELECT k1, k2, k3 FROM flowdrop_sync_kv_state WHERE kind = ?",
     "sync_kv_state_put": (

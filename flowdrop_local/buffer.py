@@ -496,6 +496,7 @@ class Buffer:
         tx.one("lock_buffer", (buffer_id,))  # waits for an append in progress
         tx.write("clear_ledger", (buffer_id,))
         deleted = tx.run("clear_messages", (buffer_id,))
+        engine.drive(engine.edited(buffer_id), tx)  # a buffer made again is not "grown"
         tx.write("delete_buffer", (buffer_id,))
         self._id = None
         return deleted

@@ -325,6 +325,7 @@ def append(
             stored_ids.add(id_)
     writes = _Writes(dangling)
     placed_inside = False  # a placeholder placed before the last row
+    healed_inside: list[str] = []  # turns healing placed placeholders after, inside
     open_calls = writes.open_calls
 
     for index, message in enumerate(batch):
@@ -344,7 +345,14 @@ def append(
                 )
                 healed_before = len(healed_ids)
                 tail, tail_tally = yield from heal(
-                    buffer_id, tail, tail_tally, count, healed_ids, limit, answered=results
+                    buffer_id,
+                    tail,
+                    tail_tally,
+                    count,
+                    healed_ids,
+                    limit,
+                    answered=results,
+                    inside=healed_inside,
                 )
                 count += len(healed_ids) - healed_before
                 writes.dangling = False
@@ -439,7 +447,7 @@ def append(
         tail = row[0]
         dangling = True
     now = int(time.time())
-    if replaced_ids or evicted or healed_ids or placed_inside:  # not only at the end
+    if replaced_ids or evicted or placed_inside or healed_inside:  # not only at the end
         yield from edited(buffer_id)
         updated = now
     elif (new_ids or healed_ids) and now - updated >= UPDATED_AT_GRANULARITY:
@@ -548,14 +556,16 @@ def heal(
     *,
     before_users_only: bool = False,
     answered: dict[str, tuple[str, bool]] | None = None,
+    inside: list[str] | None = None,
 ) -> Generator[Step, Any, tuple[str | None, int]]:
     """Answer every unanswered call of the buffer with a placeholder (MEM-3).
 
     ``limit``: the position the coming message will take (import), which the
     placeholders must stay below. ``before_users_only``: heal only calls that a
     stored user turn follows (after a deletion). ``answered`` records each healed
-    call id's placeholder, for the append's batch view. ``count`` is the buffer's
-    count before healing. Returns the new last position and the tally it carries.
+    call id's placeholder, for the append's batch view. ``inside`` gets the turns
+    whose placeholders went before the last row (not at the end). ``count`` is the
+    buffer's count before healing. Returns the new last position and its tally.
     """
     unanswered = yield "all", "unanswered_calls", (buffer_id,)
     if before_users_only and unanswered:
@@ -593,6 +603,8 @@ def heal(
         yield "many", "mark_answered", answers
         if at_end:
             tail, tail_tally = positions[-1], count
+        elif inside is not None:
+            inside.append(turn_position)
     return tail, tail_tally
 
 

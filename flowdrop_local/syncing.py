@@ -341,8 +341,8 @@ def _whole_digest(store: Store) -> str:
 class _View:
     """One buffer on one side, as this sync sees it.
 
-    ``summary``: the buffer's row id, ``updated_at`` and last row (position, tally),
-    or None when the buffer is absent. Every library write changes it (an append
+    ``summary``: the buffer's row id, ``updated_at`` and last row (position, tally,
+    id), or None when the buffer is absent. Every library write changes it (an append
     the last row; a delete or an edit in place a strictly later ``updated_at``), and
     every change that is not an append at the end also blanks the summary recorded
     with the buffer's state at the last sync (``engine.edited``). So, against that
@@ -351,12 +351,23 @@ class _View:
     only the new rows need reading), or ``other`` (read whole; also with ``full``).
     """
 
-    __slots__ = ("_entries", "_held", "address", "buffer_id", "full", "side", "state", "summary")
+    __slots__ = (
+        "_entries",
+        "_grown",
+        "_held",
+        "address",
+        "buffer_id",
+        "full",
+        "side",
+        "state",
+        "summary",
+    )
 
     def __init__(self, side: _Side, address: Address, full: bool) -> None:
         self.side, self.address, self.full = side, address, full
         self._held: str | None = None
         self._entries: list[Entry] | None = None
+        self._grown: bool | None = None
         found = side.tx.one("sync_summary_one", address)
         if found is not None:  # lock it (PostgreSQL), then read it again: no append
             side.tx.one("lock_buffer", (found[3],))  # can slip in before the commit
@@ -374,9 +385,15 @@ class _View:
             return "absent"
         if self.full or self.state is None or not self.state[1]:
             return "other"
-        if self.state[1].split("|")[0] != str(self.buffer_id):
-            return "other"  # deleted and made again
-        return "unchanged" if self.state[1] == self.summary else "grown"
+        if self.state[1] == self.summary:
+            return "unchanged"
+        if self._grown is None:  # the recorded last row still stands where it stood
+            buffer_id, _, last, _, last_id = self.state[1].split("|")[:5]
+            found = self.side.tx.one("sync_row_at", (self.buffer_id, last)) if last else None
+            self._grown = buffer_id == str(self.buffer_id) and (
+                not last or (found is not None and str(found[0]).lower() == last_id.lower())
+            )
+        return "grown" if self._grown else "other"
 
     @property
     def entries(self) -> list[Entry]:
@@ -431,7 +448,7 @@ def _parse_held(text: str) -> dict[str, str]:
 
 def _summary(row: Sequence[Any]) -> str:
     """A buffer's summary from a ``sync_candidates`` row (see :class:`_View`)."""
-    return f"{row[3]}|{row[4]}|{row[5] or ''}|{row[6] or 0}"
+    return f"{row[3]}|{row[4]}|{row[5] or ''}|{row[6] or 0}|{row[7] or ''}"
 
 
 class _Side:
@@ -443,6 +460,7 @@ class _Side:
         self.tx = tx
         self.replica = replica
         self.seq: int = tx.one("sync_last_seq")[0]
+        self.first_seq = self.seq  # at the start of this sync
         self.now = str(tx.one("sync_now")[0])  # this store's clock: the next mark
         self.views: dict[Address, _View] = {}
         self.buffers_read = 0
@@ -459,6 +477,14 @@ class _Side:
         for start in range(0, len(ids), 500):
             for row in self.tx.all("sync_where", (list(ids[start : start + 500]),)):
                 found[str(row[0]).lower()] = (str(row[1]), str(row[2]), str(row[3]))
+        return found
+
+    def tombstoned(self, ids: Sequence[str]) -> set[str]:
+        """Which of these message ids this store holds a tombstone for."""
+        found: set[str] = set()
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            found |= {str(row[0]) for row in self.tx.all("sync_tombstones_held", (chunk,))}
         return found
 
     def tombstone(self, rows: Sequence[tuple[str, Address]]) -> None:
@@ -620,6 +646,25 @@ def _changed(side: _Side, since: str, scopes: _Scopes) -> set[Address]:
     return {address for address in found if address in scopes}
 
 
+def _last_marks(a: _Side, b: _Side, scopes: _Scopes) -> dict[str, str] | None:
+    """Each side's clock at the start of the pair's last completed sync over these
+    scopes (or everything), or None: both sides must name the same sync (a sync
+    killed between its two commits left a mark on one side only)."""
+    found = {}
+    for side, other in ((a, b), (b, a)):
+        rows = side.tx.all("sync_marks", (other.replica, scopes.key))
+        found[side.label] = {str(r[0]): (str(r[1]), str(r[2])) for r in rows}
+    shared = [
+        key
+        for key in found["a"].keys() & found["b"].keys()
+        if found["a"][key][1] == found["b"][key][1]
+    ]
+    if not shared:
+        return None
+    key = max(shared, key=lambda k: found["a"][k][0])
+    return {label: found[label][key][0] for label in ("a", "b")}
+
+
 def _run(
     a: _Side, b: _Side, order: list[_Side], scopes: _Scopes, report: _Report, full: bool
 ) -> None:
@@ -628,15 +673,11 @@ def _run(
     # its last sync with the other over these scopes), only buffers written since on
     # either side; else every buffer. A buffer whose summary is the one recorded at
     # the last sync is not read (its digest is the recorded one).
-    marks = {}
-    for side, other in ((a, b), (b, a)):
-        row = None if full else side.tx.one("sync_mark", (other.replica, scopes.key))
-        marks[side.label] = None if row is None or row[0] is None else str(row[0])
-    incremental = marks["a"] is not None and marks["b"] is not None
+    marks = _last_marks(a, b, scopes) if not full else None
     addresses: set[Address] = set()
     for side in sides:
-        last = marks[side.label]
-        addresses |= _changed(side, _before(last, MARGIN) if incremental and last else "", scopes)
+        since = "" if marks is None else _before(marks[side.label], MARGIN)
+        addresses |= _changed(side, since, scopes)
     # A buffer not known unchanged or grown only at the end is read whole.
     for address in sorted(addresses):
         for side in sides:
@@ -674,9 +715,8 @@ def _run(
         mark = 0 if mark_row is None else int(mark_row[0])
         rows = source.tx.all("sync_tombstones_after", (mark,))
         arriving = [(str(r[0]), (r[1], r[2], r[3])) for r in rows if (r[1], r[2], r[3]) in scopes]
-        if not scopes.everything and arriving:  # no mark moves: skip what it knows already
-            known = {str(row[0]) for row in target.tx.all("sync_tombstone_ids")}
-            arriving = [item for item in arriving if item[0] not in known]
+        known = target.tombstoned([id_ for id_, _ in arriving])  # sent again, or relayed
+        arriving = [item for item in arriving if item[0] not in known]
         target.tombstone(arriving)
         report.add(f"tombstones_{source.label}_to_{target.label}", len(arriving))
         held = target.where([id_ for id_, _ in arriving])
@@ -709,10 +749,10 @@ def _run(
                 if view.read:  # its recorded state may be out of date
                     _keep_state(side, address, _digest(view.rows), _held(view.rows), view)
             continue
-        if state is None:
-            stale = address in touched
+        stale = address in touched
+        while state is None:  # None: it dropped messages the other side deleted: again
             state = _merge_buffer(address, order[0], order[1], report, grown=False, stale=stale)
-            assert state is not None
+            stale = True
         report.add("buffers_merged", int(state[2]))
         for side in sides:
             _keep_state(side, address, state[0], state[1], views[side.label])
@@ -723,17 +763,30 @@ def _run(
     # 5. The high-water marks: each side now holds every tombstone the other has
     # (those it sent, received and made in the merges). A scoped sync moves no mark:
     # the tombstones it skipped must still come later.
+    # The mark is the source's number at the start of this sync, not its last: were
+    # this sync killed between its two commits, the side that did not commit gives
+    # its numbers after that again, to other tombstones (sent again next time, the
+    # ones this sync numbered are skipped as known).
     for source, target in ((a, b), (b, a)):
         row = target.tx.one("sync_peer", (source.replica,))
-        mark = source.seq if scopes.everything else (0 if row is None else int(row[0]))
+        mark = source.first_seq if scopes.everything else (0 if row is None else int(row[0]))
         target.tx.run("sync_peer_put", (source.replica, mark, _now()))
         if scopes.everything:
             source.tx.run("sync_ack_put", (target.replica, mark))
+    # Each learns the other's peers (a backup of a backup, say): a tombstone is
+    # compacted only when every replica either knows of has received it.
+    if scopes.everything:
+        now = _now()
+        for side, other in ((a, b), (b, a)):
+            for (peer,) in other.tx.all("sync_peers_all"):
+                if peer != side.replica:
+                    side.tx.run("sync_peer_adopt", (peer, now))
     report.add("buffers_read", a.buffers_read + b.buffers_read)
     report.add("rows_read", a.rows_read + b.rows_read)
     # 6. The marks of this pair: both now hold the same buffers (in these scopes).
+    sync_id = str(uuid.uuid4())
     for side, other in ((a, b), (b, a)):
-        side.tx.run("sync_mark_put", (other.replica, scopes.key, side.now))
+        side.tx.run("sync_mark_put", (other.replica, scopes.key, side.now, sync_id))
     # 7. Compaction: a tombstone every peer this store has synced with has received
     # is needed by none of them (each deleted the message and holds its own tombstone).
     for side in sides:
@@ -938,6 +991,19 @@ def _merge_buffer(
             return None
         if all(len(rows) == len(context) for rows in before.values()):
             return tail[2], views[first.label].held_text(), False  # nothing new
+    # A message one side holds and the other deleted (its tombstone was compacted on a
+    # third store that took the message back, say) is deleted, never sent.
+    held_ids = {label: {e.id for e in rows} for label, rows in before.items()}
+    dropped = False
+    for holder, other in ((first, second), (second, first)):
+        alone = [i for i in held_ids[holder.label] if i not in held_ids[other.label]]
+        for id_ in sorted(other.tombstoned(alone)):
+            if drive(remove_message(id_), holder.tx):
+                holder.tombstone([(id_, address)])
+                report.add(f"deleted_on_{holder.label}", 1)
+                dropped = True
+    if dropped:
+        return None  # read again, whole
     roles = {e.id: e.role for e in before[first.label]}
     for e in before[second.label]:
         if roles.get(e.id, e.role) != e.role:
@@ -946,14 +1012,20 @@ def _merge_buffer(
                 f"on one side and a {e.role} message on the other: an id names one message; "
                 "give one of them another id, then sync again"
             )
-    bases = {label: {} if tail else views[label].held() for label in views}
-    merged: Merged = merge(before["a"], before["b"], bases["a"], bases["b"])
+    generations = _generations(before, views, (first, second))
+    merged: Merged = merge(before["a"], before["b"], generations["a"], generations["b"])
     if tail is not None:  # the rows both held stay where they are, the new ones after
         inside = [p.entry.id for p in merged.placed if p.position <= tail[0]]
         if inside != context:
             return None
     sides = {first.label: first, second.label: second}
     _record_conflicts(merged, address, sides, report)
+    for placed in merged.placed:  # the generation of each edited version both now hold
+        generation = max(generations[label].get(placed.entry.id, 0) for label in sides)
+        if generation:
+            for side in (first, second):
+                row = (placed.entry.id, placed.entry.fingerprint, generation)
+                side.tx.run("sync_version_put", row)
     report.add("replaced", merged.replaced)
     report.add("edited", merged.edited)
     # Messages before what was read (a grown buffer's older rows) count too.
@@ -1010,6 +1082,32 @@ def _merge_buffer(
     return _digest(grown_rows, tail[2]), held, True
 
 
+def _generations(
+    before: dict[str, list[Entry]], views: dict[str, _View], sides: Sequence[_Side]
+) -> dict[str, dict[str, int]]:
+    """For each message both sides hold in two versions, the generation of each
+    side's version: the generation recorded for the version it held at its last
+    sync (0 if never edited), plus one if it was edited since."""
+    by_id = {label: {e.id: e for e in rows} for label, rows in before.items()}
+    differing = [
+        id_
+        for id_, e in by_id["a"].items()
+        if id_ in by_id["b"] and by_id["b"][id_].fingerprint != e.fingerprint
+    ]
+    found: dict[str, dict[str, int]] = {"a": {}, "b": {}}
+    for side in sides:
+        held = views[side.label].held() if differing else {}
+        for id_ in differing:
+            current = by_id[side.label][id_].fingerprint
+            row = side.tx.one("sync_version", (id_,))
+            recorded = 0 if row is None else int(row[1])
+            unchanged = (row is not None and str(row[0]) == current) or (
+                id_ in held and current.startswith(held[id_])
+            )
+            found[side.label][id_] = recorded if unchanged else recorded + 1
+    return found
+
+
 def _record_conflicts(
     merged: Merged, address: Address, sides: dict[str, _Side], report: _Report
 ) -> None:
@@ -1031,6 +1129,7 @@ def _record_conflicts(
         rows.append(
             (
                 conflict.dropped.id,
+                conflict.dropped.fingerprint,
                 conflict.rule,
                 *address,
                 conflict.call_id,
@@ -1078,11 +1177,17 @@ def _write(
     contents: dict[str, tuple[str, int]] = {}
     by_source: dict[int, tuple[_Side, list[str]]] = {}
     for e, _, source in inserts:
-        by_source.setdefault(id(source), (source, []))[1].append(e.id)
+        by_source.setdefault(id(source), (source, []))[1].append(e.content_of or e.id)
     for e, source in updates:
-        by_source.setdefault(id(source), (source, []))[1].append(e.id)
+        by_source.setdefault(id(source), (source, []))[1].append(e.content_of or e.id)
     for source, ids in by_source.values():
         contents.update(source.contents(ids))
+    for e, _, _ in inserts:
+        if e.content_of:
+            contents[e.id] = contents[e.content_of]
+    for e, _ in updates:
+        if e.content_of:
+            contents[e.id] = contents[e.content_of]
     tx = side.tx
     if whole:
         tx.run("clear_ledger", (buffer_id,))  # no ledger while rows move: rebuilt below

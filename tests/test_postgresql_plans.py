@@ -53,6 +53,9 @@ def recorded(
 
         monkeypatch.setattr(pg._PgTx, kind, spy)
     with Store(postgresql_url) as store:
+        from flowdrop_local.syncing import enable
+
+        enable(store)  # a store that syncs: edits also forget sync's summary of a buffer
         buf = store.buffer("s", "", "k", window=12)
         buf.append({"role": "user", "content": "q"})
         buf.append({"role": "assistant", "tool_calls": [{"id": "c1"}, {"id": "c2"}]})

@@ -90,8 +90,8 @@ _EDITED = (
     "AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))"
 )
 _SYNC_SUMMARY = (
-    "SELECT b.scope, b.scope_id, b.key, b.id, b.updated_at, t.position, t.tally "
-    "FROM buffers AS b LEFT JOIN LATERAL (SELECT position, tally FROM messages "
+    "SELECT b.scope, b.scope_id, b.key, b.id, b.updated_at, t.position, t.tally, t.id "
+    "FROM buffers AS b LEFT JOIN LATERAL (SELECT position, tally, id FROM messages "
     "WHERE buffer_id = b.id ORDER BY position DESC LIMIT 1) AS t ON true"
 )
 # A buffer's count: the tally of its last row (postgresql.sql), NULL when it is empty.
@@ -360,6 +360,8 @@ SQL: dict[str, str] = {
         f"SELECT id, position, role, metadata, {_CONTENT_MD5}, created_at "
         "FROM messages AS m WHERE buffer_id = %s ORDER BY position"
     ),
+    "sync_tombstones_held": "SELECT id FROM flowdrop_sync_tombstones WHERE id = ANY(%s)",
+    "sync_row_at": "SELECT id FROM messages WHERE buffer_id = %s AND position = %s",
     "sync_light_from": (
         f"SELECT id, position, role, metadata, {_CONTENT_MD5}, created_at "
         "FROM messages AS m WHERE buffer_id = %s AND position >= %s ORDER BY position"

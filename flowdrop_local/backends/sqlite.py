@@ -93,12 +93,12 @@ _EDITED = (
     "updated_at = max(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), "
     "strftime('%Y-%m-%dT%H:%M:%fZ', updated_at, '+0.001 seconds'))"
 )
-# A buffer's sync summary: its row id, updated_at, and its last row's position and
-# tally. Every library write changes one of them (syncing.py trusts that).
+# A buffer's sync summary: its row id, updated_at, and its last row's position, tally
+# and id. Every library write changes one of them (syncing.py trusts that).
 _SYNC_SUMMARY = (
-    "SELECT b.scope, b.scope_id, b.key, b.id, b.updated_at, t.position, t.tally "
-    "FROM buffers AS b LEFT JOIN messages AS t ON t.buffer_id = b.id AND t.position = "
-    "(SELECT max(position) FROM messages WHERE buffer_id = b.id)"
+    "SELECT b.scope, b.scope_id, b.key, b.id, b.updated_at, t.position, t.tally, "
+    "id_text(t.id) FROM buffers AS b LEFT JOIN messages AS t ON t.buffer_id = b.id "
+    "AND t.position = (SELECT max(position) FROM messages WHERE buffer_id = b.id)"
 )
 
 SQL: dict[str, str] = {
@@ -358,6 +358,10 @@ SQL: dict[str, str] = {
         "content_md5(content, metadata, content_parts), created_at "
         "FROM messages WHERE buffer_id = ? ORDER BY position"
     ),
+    "sync_tombstones_held": (
+        "SELECT id FROM flowdrop_sync_tombstones WHERE id IN (SELECT value FROM json_each(?))"
+    ),
+    "sync_row_at": "SELECT id_text(id) FROM messages WHERE buffer_id = ? AND position = ?",
     "sync_light_from": (
         "SELECT id_text(id), position, role, metadata, "
         "content_md5(content, metadata, content_parts), created_at "
@@ -446,7 +450,9 @@ SQL: dict[str, str] = {
     "search_finish": "INSERT INTO message_search (message_search) VALUES ('rebuild')",
 }
 # Statements whose list parameter SQLite reads as a JSON array (json_each).
-_JSON_ARRAY_PARAMS = frozenset({"pairing_state", "used_ids", "sync_contents", "sync_where"})
+_JSON_ARRAY_PARAMS = frozenset(
+    {"pairing_state", "used_ids", "sync_contents", "sync_where", "sync_tombstones_held"}
+)
 _EXPORT_CHUNK = 500  # rows an export fetches at a time
 
 

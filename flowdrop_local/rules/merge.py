@@ -27,7 +27,9 @@ makes; the single definition of a declared call's id is
 * MEM-2: an assistant turn whose declared call ids are all declared by an earlier
   turn is dropped (recorded as a conflict, so its text is not silently lost).
 * MEM-10: a real result for a call whose result so far is a healed placeholder
-  takes the placeholder's place (its slot and position) and the placeholder goes.
+  replaces it in place, as an append does: the placeholder's row (its id and
+  position) takes the result's content, and the result's own row goes. No
+  message moves, so every replica orders the merged history alike.
 * MEM-1: a second result for a call is dropped: a placeholder silently, an equal
   result silently, a different real result as a conflict (the first in merged
   order is kept).
@@ -60,6 +62,9 @@ class Entry(NamedTuple):
     metadata: str
     fingerprint: str
     created_at: str
+    # The message whose stored content this one takes (a placeholder replaced by a
+    # real result in place, MEM-10); None: its own.
+    content_of: str | None = None
 
 
 class Placed(NamedTuple):
@@ -88,7 +93,7 @@ class Merged(NamedTuple):
     conflicts: list[Conflict]
     replaced: int  # placeholders a real result replaced (MEM-10)
     rekeyed: int  # messages given a new position
-    edited: int = 0  # messages edited on one side since the last sync, taken by both
+    edited: int = 0  # messages whose later edit both now hold
 
 
 def _metadata(entry: Entry) -> dict[str, Any]:
@@ -127,15 +132,15 @@ class _Item:
 def merge(
     a: Sequence[Entry],
     b: Sequence[Entry],
-    base_a: Mapping[str, str] | None = None,
-    base_b: Mapping[str, str] | None = None,
+    generation_a: Mapping[str, int] | None = None,
+    generation_b: Mapping[str, int] | None = None,
 ) -> Merged:
     """The history both sides hold after a sync; symmetric in ``a`` and ``b``
-    (up to the ``source`` labels). ``base_a``/``base_b``: per message id, a prefix of
-    the fingerprint that side held at its last sync (a message only one side edited
-    since takes that side's version, with no conflict)."""
-    base_a = base_a or {}
-    base_b = base_b or {}
+    (up to the ``source`` labels). ``generation_a``/``generation_b``: for a message
+    the two sides hold in two versions, the generation of each side's (how many
+    edits made it; see :func:`_version`)."""
+    generation_a = generation_a or {}
+    generation_b = generation_b or {}
     by_a = {e.id: e for e in a}
     by_b = {e.id: e for e in b}
     conflicts: list[Conflict] = []
@@ -167,7 +172,7 @@ def merge(
         if k < len(order_a):
             id_ = order_a[k]
             kept, source, conflict = _version(
-                by_a[id_], by_b[id_], base_a.get(id_), base_b.get(id_)
+                by_a[id_], by_b[id_], generation_a.get(id_, 0), generation_b.get(id_, 0)
             )
             if conflict is not None:
                 conflicts.append(conflict)
@@ -196,9 +201,14 @@ def merge(
             at = result_at[call_id]
             standing = kept_items[at]
             if judge_result(standing.healed, item.healed) == "replaces":  # MEM-10: in place
-                item.position = standing.position
-                item.unit = standing.unit
-                kept_items[at] = item
+                placeholder = standing.entry
+                filled = item.entry._replace(
+                    id=placeholder.id,
+                    position=placeholder.position,
+                    created_at=placeholder.created_at,
+                    content_of=item.entry.content_of or item.entry.id,
+                )
+                kept_items[at] = _Item(filled, item.source, standing.unit, standing.position)
                 replaced += 1
             elif (
                 not standing.healed
@@ -219,22 +229,20 @@ def merge(
 
 
 def _version(
-    x: Entry, y: Entry, base_x: str | None, base_y: str | None
+    x: Entry, y: Entry, generation_x: int, generation_y: int
 ) -> tuple[Entry, str, Conflict | None]:
     """The version of a message both sides hold: the same; a real result over a
-    placeholder (MEM-10); the edited one when the other side still holds the version
-    it held at its last sync (``base_x``/``base_y``: a prefix of that fingerprint);
-    else the lower fingerprint (the other is a conflict)."""
+    placeholder (MEM-10); the later generation (an edit of what the other side
+    holds: made after it); else, two edits of one generation (made apart), the
+    lower fingerprint, and the other is a conflict."""
     if x.fingerprint == y.fingerprint:
         return x, "ab", None
     healed_x = _healed(x, _metadata(x))
     healed_y = _healed(y, _metadata(y))
     if healed_x != healed_y:
         return (y, "b", None) if healed_x else (x, "a", None)
-    kept_x = base_x is not None and x.fingerprint.startswith(base_x)
-    kept_y = base_y is not None and y.fingerprint.startswith(base_y)
-    if kept_x != kept_y:  # edited on one side only since the last sync
-        return (y, "b", None) if kept_x else (x, "a", None)
+    if generation_x != generation_y:
+        return (x, "a", None) if generation_x > generation_y else (y, "b", None)
     if x.fingerprint < y.fingerprint:
         return x, "a", Conflict("edit", y, "b", x.id, None)
     return y, "b", Conflict("edit", x, "a", y.id, None)
