@@ -4,32 +4,38 @@ What a sync does, in one write transaction on each side (taken in the order of
 the two replica ids, so two syncs of the same pair never deadlock; a crash
 leaves each side before or after the whole sync):
 
-1. **Deletions become tombstones.** Each side compares every buffer with what it
-   held at its last sync (``flowdrop_sync_state``): a message that was there and
-   is gone was deleted here (pop, clear, delete, window eviction, admin delete,
-   a writer behind the library: every path is covered, none needs a hook) and is
-   recorded as a tombstone with the next number of the side's change sequence.
+0. **What to look at.** Per peer and scope set each store keeps a mark: its clock
+   when the pair's last sync began (``flowdrop_sync_marks``). Only buffers written
+   since (``buffers.updated_at``, less :data:`MARGIN`) or deleted whole are looked
+   at; with no matching marks, every buffer. Of those, a buffer whose summary is
+   the one recorded at the last sync is unchanged (not read); one only appended to
+   at the end is read from the last user turn before its recorded last row; any
+   other is read whole (:class:`_View`).
+1. **Deletions become tombstones.** A buffer read whole is compared with the ids
+   it held at its last sync (``flowdrop_sync_state``): a message that was there and
+   is gone was deleted here and is recorded as a tombstone with the next number of
+   the side's change sequence.
 2. **Tombstones travel.** Each side receives the tombstones the other numbered
    past its high-water mark for it, and deletes those messages with the engine's
    own ``remove_message`` (which keeps the ledger and heals, MEM-3). A deleted
    message never comes back from a peer that still holds it.
-3. **Buffers that differ merge.** A buffer whose digest (ids, positions, content
-   fingerprints) is equal on both sides is skipped; the others are read on both
-   sides (ids, positions, metadata; content only for what moves), merged by
-   :func:`flowdrop_local.rules.merge.merge` (contiguous blocks, the rules), written
-   to the first side, healed there by :func:`flowdrop_local.engine.heal`, and
-   copied from it to the second, so both hold the same rows.
+3. **Buffers that differ merge**, by :func:`flowdrop_local.rules.merge.merge`
+   (contiguous blocks, the rules): written to the first side, healed there by
+   :func:`flowdrop_local.engine.heal`, and copied from it to the second, so both
+   hold the same rows. A buffer both sides only grew at the end merges only its
+   new rows.
 4. **Sessions, grants, memory.** Session rows merge field by field
    (:func:`~flowdrop_local.rules.merge.merge_session`); viewer grants and memory
    values go by last writer wins (:func:`~flowdrop_local.rules.merge.latest`), a
    revoke or ``memory_delete`` being a tombstone stamped when the sync finds it.
 5. **Marks and compaction.** After a sync of everything each side learns the
-   other's mark of its tombstones and drops those every known peer has received.
+   other's mark of its tombstones and its peers, and drops the tombstones every
+   known peer has received.
 
-Cost: every sync reads the ids, positions and a fingerprint of every message of
-each store once (a scan, proportional to the stores' sizes but with a small
-constant); the bytes read of message content and the rows written are
-proportional to what changed since the last sync.
+Cost: the rows read and written follow what changed since the pair last synced
+(``SyncReport.rows_read``), plus a summary per buffer written in the last
+:data:`MARGIN` before that. Memory, sessions and grants are read whole (small
+tables).
 """
 
 from __future__ import annotations
