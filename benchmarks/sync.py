@@ -13,8 +13,9 @@ before ``syncing.enable``), copied with ``backup``. Then:
 * **export + import**: one store exported whole (format 2) and imported into a
   fresh file, what sync replaces.
 
-Prints times, buffers looked at and read, and the bytes of message records moved
-(JSON, as an export writes them). Asserts nothing.
+Prints times, buffers looked at, read whole and merged, message rows read, and the
+bytes of message records moved (JSON, as an export writes them); ``--out
+benchmarks/RESULTS.md`` writes the tables into the report. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -22,12 +23,17 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import shlex
+import sqlite3
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from flowdrop_local import Store, SyncReport, sync
 from flowdrop_local.syncing import enable
+
+from . import report
 
 BUFFERS = 100
 
@@ -70,19 +76,23 @@ def timed_sync(a: Store, b: Store) -> tuple[float, SyncReport, int]:
     return took, report, moved
 
 
-def line(name: str, took: float, report: SyncReport, moved: int) -> str:
+def line(name: str, took: float, done: SyncReport, moved: int) -> str:
     return (
         f"| {name} | {took * 1000:,.0f} ms | {moved / 1024:,.0f} KiB | "
-        f"{report.sent_a_to_b} / {report.sent_b_to_a} | "
-        f"{report.buffers_compared} / {report.buffers_read} / {report.buffers_merged} |"
+        f"{done.sent_a_to_b} / {done.sent_b_to_a} | "
+        f"{done.buffers_compared} / {done.buffers_read} / {done.buffers_merged} | "
+        f"{done.rows_read:,} |"
     )
 
 
 def one_size(n: int, new: int, folder: Path) -> list[str]:
     a = Store(str(folder / "a.db"))
     fill(a, n, "base", range(BUFFERS))
-    with a.backend.write() as tx:  # a store in use for a while, not just made
-        tx.conn.execute("UPDATE buffers SET updated_at = '2026-01-01T00:00:00.000Z'")
+    a.close()
+    with sqlite3.connect(folder / "a.db") as conn:  # a store in use for a while, not just made
+        conn.execute("UPDATE buffers SET updated_at = '2026-01-01T00:00:00.000Z'")
+    conn.close()
+    a = Store(str(folder / "a.db"))
     enable(a)
     a.backup(str(folder / "b.db"))
     b = Store(str(folder / "b.db"))
@@ -91,8 +101,8 @@ def one_size(n: int, new: int, folder: Path) -> list[str]:
     out = [f"**{n:,} messages** (+{new:,} on each side)", ""]
     out += [
         "| sync | time | records moved | messages a→b / b→a "
-        "| buffers looked at / read / merged |",
-        "|---|---:|---:|---:|---:|",
+        "| buffers looked at / read whole / merged | rows read |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     out.append(line("first (never synced)", *timed_sync(a, b)))
     out.append(line("again, nothing changed", *timed_sync(a, b)))
@@ -109,21 +119,39 @@ def one_size(n: int, new: int, folder: Path) -> list[str]:
     took = time.perf_counter() - started
     out.append(
         f"| export + import of one store | {took * 1000:,.0f} ms | "
-        f"{len(exported.encode()) / 1024:,.0f} KiB | one direction | |"
+        f"{len(exported.encode()) / 1024:,.0f} KiB | one direction | | |"
     )
     a.close()
     b.close()
     return [*out, ""]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.sync", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--new", type=int, default=1_000)
-    args = parser.parse_args()
+    parser.add_argument("--out", help="report to update (e.g. benchmarks/RESULTS.md)")
+    args = parser.parse_args(argv)
+    command = "python -m benchmarks.sync" + "".join(
+        f" {shlex.quote(a)}" for a in (sys.argv[1:] if argv is None else argv)
+    )
+    lines = ["## Offline sync", "", f"`{command}`", "", *report.machine(), ""]
+    lines += [
+        f"Two stores of N messages in {BUFFERS} buffers (a copy made with `backup`), each "
+        f"adding {args.new:,} messages in 10 buffers of its own; every buffer last written "
+        "a day before. Rows read: message rows read on both sides (the sync's cost).",
+        "",
+    ]
     for n in (int(x) for x in args.sizes.split(",")):
         with tempfile.TemporaryDirectory() as folder:
-            print("\n".join(one_size(n, args.new, Path(folder))), flush=True)
+            part = one_size(n, args.new, Path(folder))
+        print("\n".join(part), flush=True)
+        lines += part
+    if args.out:
+        report.write_section(Path(args.out), "sync", "\n".join(lines).rstrip() + "\n")
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@ touches them.
 * ``flowdrop_sync_marks``: per peer and scope set, this store's clock when their
   last sync began and that sync's id (the same on both): buffers not written since
   on either side are the same on both.
+* ``flowdrop_sync_retired``: peers :func:`~flowdrop_local.syncing.forget_peer`
+  retired (passed on at each sync of everything): compaction no longer waits for
+  them, and no store learns them as peers again.
 * ``flowdrop_sync_versions``: for a message edited in place, the generation of the
   version this store holds (1 for the first edit a sync found, and so on): of two
   versions the later generation wins; equal generations are a conflict.
@@ -74,6 +77,7 @@ SYNC_TABLES: tuple[str, ...] = (
     "PRIMARY KEY (peer, scopes))",
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_versions (id TEXT PRIMARY KEY, "
     "fingerprint TEXT NOT NULL, generation BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_retired (peer TEXT PRIMARY KEY)",
 )
 
 SYNC_COMMON: dict[str, str] = {
@@ -102,9 +106,9 @@ SYNC_COMMON: dict[str, str] = {
     ),
     # Where a merge of what two sides appended starts reading: the last user turn at
     # or before the old last row (the calls after it may still be answered later).
-    "sync_context_start": (
-        "SELECT max(position) FROM messages WHERE buffer_id = ? AND position <= ? "
-        "AND role = 'user'"
+    "sync_context_start": (  # backwards along the primary key from that row
+        "SELECT position FROM messages WHERE buffer_id = ? AND position <= ? "
+        "AND role = 'user' ORDER BY position DESC LIMIT 1"
     ),
     # Before a merge writes the rows after a point: the unanswered calls leave the
     # ledger (as the whole ledger does for a whole merge), so no write meets the
@@ -133,9 +137,15 @@ SYNC_COMMON: dict[str, str] = {
         "sync_id = excluded.sync_id"
     ),
     "sync_peers_all": "SELECT peer FROM flowdrop_sync_peers",
-    # A peer of a peer: known from now on, having received none of our tombstones.
+    "sync_peer_forget": "DELETE FROM flowdrop_sync_peers WHERE peer = ?",
+    "sync_ack_forget": "DELETE FROM flowdrop_sync_acks WHERE peer = ?",
+    "sync_retired_all": "SELECT peer FROM flowdrop_sync_retired",
+    "sync_retire": "INSERT INTO flowdrop_sync_retired (peer) VALUES (?) ON CONFLICT DO NOTHING",
+    # A peer of a peer: known from now on, having received none of our tombstones
+    # (unless retired: forget_peer).
     "sync_peer_adopt": (
-        "INSERT INTO flowdrop_sync_peers (peer, received, synced_at) VALUES (?, 0, ?) "
+        "INSERT INTO flowdrop_sync_peers (peer, received, synced_at) SELECT ?, 0, ? "
+        "WHERE NOT EXISTS (SELECT 1 FROM flowdrop_sync_retired WHERE peer = ?) "
         "ON CONFLICT (peer) DO NOTHING"
     ),
     "sync_version": "SELECT fingerprint, generation FROM flowdrop_sync_versions WHERE id = ?",

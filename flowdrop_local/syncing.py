@@ -62,7 +62,16 @@ from .store import Store
 
 Address = tuple[str, str, str]
 
-__all__ = ["SyncReport", "conflicts", "enable", "new_replica", "replica_id", "sync"]
+__all__ = [
+    "SyncReport",
+    "conflicts",
+    "enable",
+    "forget_peer",
+    "new_replica",
+    "peers",
+    "replica_id",
+    "sync",
+]
 
 
 @attrs.frozen
@@ -254,6 +263,33 @@ def new_replica(store: Store) -> str:
         _ensure_tables(tx)
         tx.run("sync_replica_drop")
         return _ensure_tables(tx)
+
+
+def peers(store: Store) -> list[str]:
+    """The replica ids ``store`` knows as peers (synced with, backed up to, or learnt
+    from a peer): a message tombstone is compacted once every one of them has it."""
+    with store.backend.read() as tx:
+        if not tx.one("sync_tables")[0]:
+            return []
+        return sorted(str(row[0]) for row in tx.all("sync_peers_all"))
+
+
+def forget_peer(store: Store, replica: str) -> bool:
+    """Stop waiting for ``replica`` (a device retired for good) before compacting
+    tombstones; each sync of everything passes the retirement on, so no peer learns
+    it again. If it syncs again later, what it holds that was deleted and compacted
+    meanwhile can come back. False if ``store`` did not know it."""
+    with store.backend.write() as tx:
+        if not tx.one("sync_tables")[0]:
+            return False
+        _ensure_tables(tx)
+        return _retire(tx, replica)
+
+
+def _retire(tx: Tx, replica: str) -> bool:
+    tx.run("sync_retire", (replica,))
+    tx.run("sync_ack_forget", (replica,))
+    return tx.run("sync_peer_forget", (replica,)) > 0
 
 
 def enable(store: Store) -> str:
@@ -783,10 +819,14 @@ def _run(
     # compacted only when every replica either knows of has received it.
     if scopes.everything:
         now = _now()
+        retired = {str(r[0]) for side in sides for r in side.tx.all("sync_retired_all")}
+        for side in sides:
+            for peer in sorted(retired):
+                _retire(side.tx, peer)
         for side, other in ((a, b), (b, a)):
             for (peer,) in other.tx.all("sync_peers_all"):
                 if peer != side.replica:
-                    side.tx.run("sync_peer_adopt", (peer, now))
+                    side.tx.run("sync_peer_adopt", (peer, now, peer))
     report.add("buffers_read", a.buffers_read + b.buffers_read)
     report.add("rows_read", a.rows_read + b.rows_read)
     # 6. The marks of this pair: both now hold the same buffers (in these scopes).

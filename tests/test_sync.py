@@ -951,3 +951,25 @@ def test_tombstones_every_known_peer_received_are_compacted(tmp_path: Path) -> N
     for store in (a, b, c, d):
         assert texts(store) == [("user", "q"), ("assistant", "one")]
         assert store.check() == []
+
+
+def test_a_retired_peer_is_forgotten_and_compaction_goes_on(tmp_path: Path) -> None:
+    """A backup never synced (a retired laptop) holds a's compaction back; once a
+    forgets it, the next sync of everything compacts; forgetting an unknown id is
+    False."""
+    from flowdrop_local.syncing import forget_peer, peers
+
+    a, b = pair(tmp_path, user("q"), said("one"), said("two"))
+    a.backup(str(tmp_path / "retired.db"))
+    with Store(str(tmp_path / "retired.db")) as retired:
+        gone = replica_id(retired)
+    assert gone in peers(a) and replica_id(b) in peers(a)
+    a.buffer(*K).pop()
+    sync(a, b, "all")
+    sync(a, b, "all")  # b's mark of the deletion arrives a sync later
+    assert len(_tombstones(a)) == 1  # the retired copy has not received it
+    assert forget_peer(a, str(gone)) is True
+    assert forget_peer(a, str(gone)) is False
+    assert gone not in peers(a)
+    assert sync(a, b, "all").tombstones_compacted_on_a == 1
+    assert texts(a) == texts(b) == [("user", "q"), ("assistant", "one")]
