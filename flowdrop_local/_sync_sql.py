@@ -148,7 +148,7 @@ SYNC_COMMON: dict[str, str] = {
         "WHERE NOT EXISTS (SELECT 1 FROM flowdrop_sync_retired WHERE peer = ?) "
         "ON CONFLICT (peer) DO NOTHING"
     ),
-    "sync_version": "SELECT fingerprint, generation FROM flowdrop_sync_versions WHERE id = ?",
+
     "sync_version_put": (
         "INSERT INTO flowdrop_sync_versions (id, fingerprint, generation) VALUES (?, ?, ?) "
         "ON CONFLICT (id) DO UPDATE SET fingerprint = excluded.fingerprint, "

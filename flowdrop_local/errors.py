@@ -151,6 +151,12 @@ class ReplicaConflict(FlowdropError, ValueError):
     made outside flowdrop_local (``syncing.new_replica`` on the copy fixes it)."""
 
 
+class ReplicaRetired(ReplicaConflict):
+    """One side of a sync is a replica the other retired (``syncing.forget_peer``):
+    tombstones it never received may be compacted, so what it still holds could bring
+    deleted messages back. Replace it with a fresh ``backup`` of a current store."""
+
+
 class SyncIdConflict(FlowdropError, ValueError):
     """A message id names different messages on the two sides of a sync (a caller-supplied
     id reused in another buffer, or for another role): ids are store-wide keys, so the

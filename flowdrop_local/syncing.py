@@ -46,7 +46,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -55,7 +55,7 @@ from ._sync_sql import SYNC_TABLES
 from .access import IDENTITY_SCOPES, SCOPES
 from .backends.base import Tx
 from .engine import drive, heal, remove_message
-from .errors import InvalidArgument, ReplicaConflict, SyncIdConflict, shown
+from .errors import InvalidArgument, ReplicaConflict, ReplicaRetired, SyncIdConflict, shown
 from .rules.merge import Entry, Merged, Version, canonical, latest, merge, merge_session, stamp
 from .rules.pairing import declared_call_ids
 from .store import Store
@@ -277,8 +277,9 @@ def peers(store: Store) -> list[str]:
 def forget_peer(store: Store, replica: str) -> bool:
     """Stop waiting for ``replica`` (a device retired for good) before compacting
     tombstones; each sync of everything passes the retirement on, so no peer learns
-    it again. If it syncs again later, what it holds that was deleted and compacted
-    meanwhile can come back. False if ``store`` did not know it."""
+    it again, and a store that knows of it refuses to sync with it
+    (:class:`ReplicaRetired`): what it holds could bring back deletions compacted
+    since. False if ``store`` did not know it as a peer."""
     with store.backend.write() as tx:
         if not tx.one("sync_tables")[0]:
             return False
@@ -521,6 +522,15 @@ class _Side:
                 found[str(row[0]).lower()] = (str(row[1]), str(row[2]), str(row[3]))
         return found
 
+    def versions(self, ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """The recorded (fingerprint, generation) of these messages' versions."""
+        found: dict[str, tuple[str, int]] = {}
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            for row in self.tx.all("sync_versions_of", (chunk,)):
+                found[str(row[0])] = (str(row[1]), int(row[2]))
+        return found
+
     def tombstoned(self, ids: Sequence[str]) -> set[str]:
         """Which of these message ids this store holds a tombstone for."""
         found: set[str] = set()
@@ -594,6 +604,7 @@ def sync(
     Raises:
         ReplicaConflict: ``a`` and ``b`` share a replica id but differ (a file copied
             by hand); :func:`new_replica` on the copy fixes it.
+        ReplicaRetired: one side retired the other with :func:`forget_peer`.
         InvalidArgument: a scope that is not one.
     """
     wanted = _Scopes(scopes if not isinstance(scopes, str) else [scopes])
@@ -621,6 +632,15 @@ def sync(
             for label, store in order:
                 tx = stack.enter_context(store.backend.write())
                 sides[label] = _Side(label, store, tx, _ensure_tables(tx))
+            for side, other in ((sides["a"], sides["b"]), (sides["b"], sides["a"])):
+                if other.replica in {str(r[0]) for r in side.tx.all("sync_retired_all")}:
+                    raise ReplicaRetired(
+                        f"{side.store.path} retired the replica {other.replica} "
+                        f"({other.store.path}) with forget_peer: deletions it never "
+                        "received may be compacted, so its history could bring deleted "
+                        "messages back. Replace that store with a fresh backup of a "
+                        "current one"
+                    )
             _run(sides["a"], sides["b"], [sides[label] for label, _ in order], wanted, report, full)
             if dry_run:
                 raise _DryRun
@@ -786,10 +806,16 @@ def _run(
                 continue
             state = _merge_buffer(address, order[0], order[1], report, grown=True)
         elif views["a"].digest == views["b"].digest:
-            for side in sides:
+            read = [side for side in sides if views[side.label].read]
+            found = {
+                s.label: _generations(s, views[s.label].entries, views[s.label].held())
+                for s in read
+            }
+            if read:  # both hold the same versions: their generations, on both
+                _keep_generations(sides, views[read[0].label].entries, found)
+            for side in read:  # its recorded state may be out of date
                 view = views[side.label]
-                if view.read:  # its recorded state may be out of date
-                    _keep_state(side, address, _digest(view.rows), _held(view.rows), view)
+                _keep_state(side, address, _digest(view.rows), _held(view.rows), view)
             continue
         stale = address in touched
         while state is None:  # None: it dropped messages the other side deleted: again
@@ -1058,7 +1084,10 @@ def _merge_buffer(
                 f"on one side and a {e.role} message on the other: an id names one message; "
                 "give one of them another id, then sync again"
             )
-    generations = _generations(before, views, (first, second))
+    generations = {
+        side.label: _generations(side, before[side.label], {} if tail else views[side.label].held())
+        for side in (first, second)
+    }
     merged: Merged = merge(before["a"], before["b"], generations["a"], generations["b"])
     if tail is not None:  # the rows both held stay where they are, the new ones after
         inside = [p.entry.id for p in merged.placed if p.position <= tail[0]]
@@ -1066,12 +1095,6 @@ def _merge_buffer(
             return None
     sides = {first.label: first, second.label: second}
     _record_conflicts(merged, address, sides, report)
-    for placed in merged.placed:  # the generation of each edited version both now hold
-        generation = max(generations[label].get(placed.entry.id, 0) for label in sides)
-        if generation:
-            for side in (first, second):
-                row = (placed.entry.id, placed.entry.fingerprint, generation)
-                side.tx.run("sync_version_put", row)
     report.add("replaced", merged.replaced)
     report.add("edited", merged.edited)
     # Messages before what was read (a grown buffer's older rows) count too.
@@ -1089,6 +1112,16 @@ def _merge_buffer(
     report.add("healed", len(healed))
     _settle(first, first_id, count + len(healed))
     final = first.entries_from(first_id, start)
+    kept_as = {e.id: e.fingerprint for e in final}
+    winners = {  # each side's generations of the versions kept
+        label: {
+            e.id: generations[label][e.id]
+            for e in before[label]
+            if e.id in generations[label] and kept_as.get(e.id) == e.fingerprint
+        }
+        for label in before
+    }
+    _keep_generations((first, second), final, winners)
     # The second side: a copy of the first.
     _write(
         second,
@@ -1128,30 +1161,46 @@ def _merge_buffer(
     return _digest(grown_rows, tail[2]), held, True
 
 
-def _generations(
-    before: dict[str, list[Entry]], views: dict[str, _View], sides: Sequence[_Side]
-) -> dict[str, dict[str, int]]:
-    """For each message both sides hold in two versions, the generation of each
-    side's version: the generation recorded for the version it held at its last
-    sync (0 if never edited), plus one if it was edited since."""
-    by_id = {label: {e.id: e for e in rows} for label, rows in before.items()}
-    differing = [
-        id_
-        for id_, e in by_id["a"].items()
-        if id_ in by_id["b"] and by_id["b"][id_].fingerprint != e.fingerprint
-    ]
-    found: dict[str, dict[str, int]] = {"a": {}, "b": {}}
-    for side in sides:
-        held = views[side.label].held() if differing else {}
-        for id_ in differing:
-            current = by_id[side.label][id_].fingerprint
-            row = side.tx.one("sync_version", (id_,))
-            recorded = 0 if row is None else int(row[1])
-            unchanged = (row is not None and str(row[0]) == current) or (
-                id_ in held and current.startswith(held[id_])
-            )
-            found[side.label][id_] = recorded if unchanged else recorded + 1
+def _generations(side: _Side, entries: Sequence[Entry], held: Mapping[str, str]) -> dict[str, int]:
+    """The generation of each message's version on ``side`` (only those above 0).
+
+    A version is generation 0 as written; each edit makes the next. The generation
+    recorded for a message (``flowdrop_sync_versions``) is that of the version
+    recorded with it; a message whose version differs from the one the side held
+    at its last sync (``held``: id -> fingerprint prefix) was edited since: one
+    more. Every sync that reads a message records its generation on both sides,
+    so a later edit always carries a higher number than the version it replaced.
+    """
+    recorded = side.versions([e.id for e in entries])
+    found: dict[str, int] = {}
+    for e in entries:
+        row = recorded.get(e.id)
+        if row is not None and row[0] == e.fingerprint:
+            generation = row[1]
+        else:
+            before = 0 if row is None else row[1]
+            prefix = held.get(e.id)
+            edited = prefix is not None and not e.fingerprint.startswith(prefix)
+            generation = before + 1 if edited else (0 if row is None else before)
+        if generation:
+            found[e.id] = generation
     return found
+
+
+def _keep_generations(
+    sides: Sequence[_Side], final: Sequence[Entry], generations: Mapping[str, Mapping[str, int]]
+) -> None:
+    """Record, on both sides, the generation of each version both now hold: the
+    highest of the generations either side had for that very version."""
+    by_side = {side.label: side for side in sides}
+    rows = []
+    for e in final:
+        generation = max((found.get(e.id, 0) for found in generations.values()), default=0)
+        if generation:
+            rows.append((e.id, e.fingerprint, generation))
+    for side in by_side.values():
+        if rows:
+            side.tx.many("sync_version_put", rows)
 
 
 def _record_conflicts(

@@ -362,6 +362,9 @@ SQL: dict[str, str] = {
     ),
     "sync_tombstones_held": "SELECT id FROM flowdrop_sync_tombstones WHERE id = ANY(%s)",
     "sync_row_at": "SELECT id FROM messages WHERE buffer_id = %s AND position = %s",
+    "sync_versions_of": (
+        "SELECT id, fingerprint, generation FROM flowdrop_sync_versions WHERE id = ANY(%s)"
+    ),
     "sync_light_from": (
         f"SELECT id, position, role, metadata, {_CONTENT_MD5}, created_at "
         "FROM messages AS m WHERE buffer_id = %s AND position >= %s ORDER BY position"

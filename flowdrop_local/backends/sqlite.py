@@ -362,6 +362,10 @@ SQL: dict[str, str] = {
         "SELECT id FROM flowdrop_sync_tombstones WHERE id IN (SELECT value FROM json_each(?))"
     ),
     "sync_row_at": "SELECT id_text(id) FROM messages WHERE buffer_id = ? AND position = ?",
+    "sync_versions_of": (
+        "SELECT id, fingerprint, generation FROM flowdrop_sync_versions "
+        "WHERE id IN (SELECT value FROM json_each(?))"
+    ),
     "sync_light_from": (
         "SELECT id_text(id), position, role, metadata, "
         "content_md5(content, metadata, content_parts), created_at "
@@ -451,7 +455,14 @@ SQL: dict[str, str] = {
 }
 # Statements whose list parameter SQLite reads as a JSON array (json_each).
 _JSON_ARRAY_PARAMS = frozenset(
-    {"pairing_state", "used_ids", "sync_contents", "sync_where", "sync_tombstones_held"}
+    {
+        "pairing_state",
+        "used_ids",
+        "sync_contents",
+        "sync_where",
+        "sync_tombstones_held",
+        "sync_versions_of",
+    }
 )
 _EXPORT_CHUNK = 500  # rows an export fetches at a time
 
