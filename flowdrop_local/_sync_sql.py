@@ -26,6 +26,9 @@ touches them.
 * ``flowdrop_sync_retired``: peers :func:`~flowdrop_local.syncing.forget_peer`
   retired (passed on at each sync of everything): compaction no longer waits for
   them, and no store learns them as peers again.
+* ``flowdrop_sync_moves``: for a message a sync moved (re-keyed with its block),
+  how many times syncs moved it to the position this store holds: of two
+  positions for one message, the later move wins.
 * ``flowdrop_sync_versions``: for a message edited in place, the generation of the
   version this store holds (1 for the first edit a sync found, and so on): of two
   versions the later generation wins; equal generations are a conflict.
@@ -78,6 +81,8 @@ SYNC_TABLES: tuple[str, ...] = (
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_versions (id TEXT PRIMARY KEY, "
     "fingerprint TEXT NOT NULL, generation BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_retired (peer TEXT PRIMARY KEY)",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_moves (id TEXT PRIMARY KEY, "
+    "position TEXT NOT NULL, generation BIGINT NOT NULL)",
 )
 
 SYNC_COMMON: dict[str, str] = {
@@ -149,6 +154,11 @@ SYNC_COMMON: dict[str, str] = {
         "ON CONFLICT (peer) DO NOTHING"
     ),
 
+    "sync_move_put": (
+        "INSERT INTO flowdrop_sync_moves (id, position, generation) VALUES (?, ?, ?) "
+        "ON CONFLICT (id) DO UPDATE SET position = excluded.position, "
+        "generation = excluded.generation"
+    ),
     "sync_version_put": (
         "INSERT INTO flowdrop_sync_versions (id, fingerprint, generation) VALUES (?, ?, ?) "
         "ON CONFLICT (id) DO UPDATE SET fingerprint = excluded.fingerprint, "

@@ -666,7 +666,7 @@ def pop(buffer_id: int) -> Generator[Step, Any, tuple[Any, ...] | None]:
     return tuple(row[1:])
 
 
-def remove_message(message_id: str) -> Generator[Step, Any, bool]:
+def remove_message(message_id: str, *, heal_now: bool = True) -> Generator[Step, Any, bool]:
     """Delete one message, keeping the buffer rules; False if there is no such message.
 
     Deleting the turn that first declared a call also deletes the placeholder
@@ -674,7 +674,9 @@ def remove_message(message_id: str) -> Generator[Step, Any, bool]:
     so a real result can still replace it in place); deleting a result un-answers
     its call. Calls left unanswered before a user turn (the next turn declaring
     the id now owns it) are healed at once, so no stored user turn follows an
-    unanswered call.
+    unanswered call. ``heal_now=False``: a sync removing what the other side
+    deleted, whose merge in the same transaction heals afterwards (the other side
+    may hold the call's result).
     """
     row = yield "one", "message_for_removal", (message_id,)
     if row is None:
@@ -698,7 +700,8 @@ def remove_message(message_id: str) -> Generator[Step, Any, bool]:
     for owner in owned:
         count -= yield "run", "delete_placeholder", owner
     healed: list[str] = []
-    yield from heal(buffer_id, None, 0, count, healed, before_users_only=True)
+    if heal_now:
+        yield from heal(buffer_id, None, 0, count, healed, before_users_only=True)
     if healed:
         yield from _settle_tally(buffer_id, count + len(healed))
     yield from edited(buffer_id)

@@ -531,6 +531,17 @@ class _Side:
                 found[str(row[0])] = (str(row[1]), int(row[2]))
         return found
 
+    def moves(self, entries: Sequence[Entry]) -> dict[str, int]:
+        """How many times syncs moved each of these messages to where it stands here
+        (only those above 0; a row for another position is an older move's)."""
+        found: dict[str, int] = {}
+        for start in range(0, len(entries), 500):
+            chunk = {e.id: e.position for e in entries[start : start + 500]}
+            for row in self.tx.all("sync_moves_of", (list(chunk),)):
+                if chunk.get(str(row[0])) == str(row[1]) and int(row[2]):
+                    found[str(row[0])] = int(row[2])
+        return found
+
     def tombstoned(self, ids: Sequence[str]) -> set[str]:
         """Which of these message ids this store holds a tombstone for."""
         found: set[str] = set()
@@ -787,7 +798,7 @@ def _run(
             if address_of is not None and address_of in scopes:
                 source.view(address_of, full)  # as it was before the deletion
                 target.view(address_of, full)
-                if drive(remove_message(id_), target.tx):
+                if drive(remove_message(id_, heal_now=False), target.tx):
                     touched.add(address_of)
                     report.add(f"deleted_on_{target.label}", 1)
     # 3. Buffers that differ merge: only their new rows when both sides only grew at
@@ -1070,7 +1081,7 @@ def _merge_buffer(
     for holder, other in ((first, second), (second, first)):
         alone = [i for i in held_ids[holder.label] if i not in held_ids[other.label]]
         for id_ in sorted(other.tombstoned(alone)):
-            if drive(remove_message(id_), holder.tx):
+            if drive(remove_message(id_, heal_now=False), holder.tx):
                 holder.tombstone([(id_, address)])
                 report.add(f"deleted_on_{holder.label}", 1)
                 dropped = True
@@ -1084,11 +1095,15 @@ def _merge_buffer(
                 f"on one side and a {e.role} message on the other: an id names one message; "
                 "give one of them another id, then sync again"
             )
+    sides_by_label = {first.label: first, second.label: second}
     generations = {
         side.label: _generations(side, before[side.label], {} if tail else views[side.label].held())
         for side in (first, second)
     }
-    merged: Merged = merge(before["a"], before["b"], generations["a"], generations["b"])
+    moves = {label: sides_by_label[label].moves(rows) for label, rows in before.items()}
+    merged: Merged = merge(
+        before["a"], before["b"], generations["a"], generations["b"], moves["a"], moves["b"]
+    )
     if tail is not None:  # the rows both held stay where they are, the new ones after
         inside = [p.entry.id for p in merged.placed if p.position <= tail[0]]
         if inside != context:
@@ -1122,6 +1137,7 @@ def _merge_buffer(
         for label in before
     }
     _keep_generations((first, second), final, winners)
+    _keep_moves((first, second), before, final, moves)
     # The second side: a copy of the first.
     _write(
         second,
@@ -1201,6 +1217,35 @@ def _keep_generations(
     for side in by_side.values():
         if rows:
             side.tx.many("sync_version_put", rows)
+
+
+def _keep_moves(
+    sides: Sequence[_Side],
+    before: Mapping[str, Sequence[Entry]],
+    final: Sequence[Entry],
+    moves: Mapping[str, Mapping[str, int]],
+) -> None:
+    """Record, on both sides, how many times syncs moved each message to where it now
+    stands: as many as the side it came from had for that position, or one more than
+    either had when this merge moved it (so the move wins against a replica that
+    still holds it where it stood)."""
+    stood = {label: {e.id: e.position for e in rows} for label, rows in before.items()}
+    rows = []
+    for e in final:
+        kept = [
+            moves[label].get(e.id, 0) for label in stood if stood[label].get(e.id) == e.position
+        ]
+        if kept:
+            generation = max(kept)
+        elif any(e.id in where for where in stood.values()):
+            generation = max(moves[label].get(e.id, 0) for label in stood) + 1
+        else:
+            generation = 0  # new here (healed by this sync)
+        if generation:
+            rows.append((e.id, e.position, generation))
+    if rows:
+        for side in sides:
+            side.tx.many("sync_move_put", rows)
 
 
 def _record_conflicts(

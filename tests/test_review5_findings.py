@@ -136,3 +136,38 @@ def test_a_forgotten_replica_that_syncs_again_is_refused(tmp_path: Path) -> None
     with Store(str(tmp_path / "fresh.db")) as fresh:
         assert sync(fresh, b, "all").moved == 0
         assert texts(fresh) == [("user", "q"), ("assistant", "one")]
+
+
+def test_a_removed_result_is_not_healed_before_the_merge_brings_another(
+    tmp_path: Path,
+) -> None:
+    """Found by the review's four-replica random run. c1 is declared and unanswered
+    (a reply after it) on three copies. C answers it late (R); A answers it (L) and
+    the user goes on (U). B, a
+    copy of A, syncs with C: R came first, so L is a second result (MEM-1, a
+    conflict) and goes, with a tombstone. When A syncs B, L's tombstone arrives;
+    before the fix its removal healed c1 at once (a placeholder, since U follows),
+    right after the call), and the merge then filled that placeholder with R's
+    content in place (it came first): A and B
+    held R's text under a new id, C under R's own, and the three no longer read the
+    same. Now a sync's removals leave the healing to the merge after them, which
+    finds R: all three hold R itself."""
+    from .test_sync import K, call, result
+
+    a = Store(str(tmp_path / "a.db"))
+    a.buffer(*K).append([user("q"), call("c1"), said("meanwhile")])
+    enable(a)
+    a.backup(str(tmp_path / "b.db"))
+    a.backup(str(tmp_path / "c.db"))
+    b, c = Store(str(tmp_path / "b.db")), Store(str(tmp_path / "c.db"))
+    c.buffer(*K).append(result("c1", "R"))  # first: its block goes first
+    a.buffer(*K).append([result("c1", "L"), user("U")])
+    sync(a, b)
+    report = sync(b, c)
+    assert report.conflicts == {"MEM-1": 1}
+    sync(a, b)
+    expected = [m.id for m in c.buffer(*K).messages()]
+    for store in (a, b, c):
+        assert store.check() == []
+        assert [m.content for m in store.buffer(*K).messages()] == ["q", "", "meanwhile", "R", "U"]
+        assert [m.id for m in store.buffer(*K).messages()] == expected, store.path

@@ -365,6 +365,9 @@ SQL: dict[str, str] = {
     "sync_versions_of": (
         "SELECT id, fingerprint, generation FROM flowdrop_sync_versions WHERE id = ANY(%s)"
     ),
+    "sync_moves_of": (
+        "SELECT id, position, generation FROM flowdrop_sync_moves WHERE id = ANY(%s)"
+    ),
     "sync_light_from": (
         f"SELECT id, position, role, metadata, {_CONTENT_MD5}, created_at "
         "FROM messages AS m WHERE buffer_id = %s AND position >= %s ORDER BY position"

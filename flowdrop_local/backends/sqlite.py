@@ -366,6 +366,10 @@ SQL: dict[str, str] = {
         "SELECT id, fingerprint, generation FROM flowdrop_sync_versions "
         "WHERE id IN (SELECT value FROM json_each(?))"
     ),
+    "sync_moves_of": (
+        "SELECT id, position, generation FROM flowdrop_sync_moves "
+        "WHERE id IN (SELECT value FROM json_each(?))"
+    ),
     "sync_light_from": (
         "SELECT id_text(id), position, role, metadata, "
         "content_md5(content, metadata, content_parts), created_at "
@@ -462,6 +466,7 @@ _JSON_ARRAY_PARAMS = frozenset(
         "sync_where",
         "sync_tombstones_held",
         "sync_versions_of",
+        "sync_moves_of",
     }
 )
 _EXPORT_CHUNK = 500  # rows an export fetches at a time

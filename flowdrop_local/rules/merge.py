@@ -8,9 +8,11 @@ side is ``a``.
 
 The order:
 
-* **Anchors** are the messages both sides hold. They keep their order (a sync
-  never moves one unless its keys left it no room, which only a damaged pair of
-  stores can cause).
+* **Anchors** are the messages both sides hold. They keep their order and keys,
+  unless their keys left no room. Where the two sides hold one at two keys (a
+  third replica's merge re-keyed its block), the key of the later move wins
+  (``moves_a``/``moves_b``), and where they order anchors apart, the winning keys
+  order them.
 * Between two anchors (and before the first, after the last) each side may hold
   a run of messages the other lacks. Each run stays one **contiguous block**; when
   both sides have one, the block whose first message has the lower id comes
@@ -134,15 +136,28 @@ def merge(
     b: Sequence[Entry],
     generation_a: Mapping[str, int] | None = None,
     generation_b: Mapping[str, int] | None = None,
+    moves_a: Mapping[str, int] | None = None,
+    moves_b: Mapping[str, int] | None = None,
 ) -> Merged:
     """The history both sides hold after a sync; symmetric in ``a`` and ``b``
     (up to the ``source`` labels). ``generation_a``/``generation_b``: for a message
     the two sides hold in two versions, the generation of each side's (how many
-    edits made it; see :func:`_version`)."""
+    edits made it; see :func:`_version`). ``moves_a``/``moves_b``: for a message
+    the two sides hold at two positions, how many times syncs moved it to the
+    position each side holds: the later move wins (then the greater key)."""
     generation_a = generation_a or {}
     generation_b = generation_b or {}
     by_a = {e.id: e for e in a}
     by_b = {e.id: e for e in b}
+    moves = (moves_a or {}, moves_b or {})
+
+    def place(id_: str) -> str:
+        x, y = by_a[id_].position, by_b[id_].position
+        if x == y:
+            return x
+        mx, my = moves[0].get(id_, 0), moves[1].get(id_, 0)
+        return (x if mx > my else y) if mx != my else max(x, y)
+
     conflicts: list[Conflict] = []
     replaced = 0
     edited = 0
@@ -150,8 +165,8 @@ def merge(
     # Anchors: the common messages, in the order both sides agree on.
     order_a = [e.id for e in a if e.id in by_b]
     order_b = [e.id for e in b if e.id in by_a]
-    if order_a != order_b:  # only a damaged pair disagrees: a symmetric order instead
-        order_a = sorted(order_a, key=lambda i: (max(by_a[i].position, by_b[i].position), i))
+    if order_a != order_b:  # blocks re-keyed apart (or a damaged pair): by winning key
+        order_a = sorted(order_a, key=lambda i: (place(i), i))
     anchor_index = {id_: k for k, id_ in enumerate(order_a)}
 
     # Each side's own messages, grouped by the anchor they come before.
@@ -182,8 +197,7 @@ def merge(
                     replaced += 1  # a placeholder filled in place on one side (MEM-10)
                 else:
                     edited += 1  # edited on one side since the last sync
-            position = max(by_a[id_].position, by_b[id_].position)
-            items.append(_Item(kept, source, (k, "anchor"), position))
+            items.append(_Item(kept, source, (k, "anchor"), place(id_)))
 
     # The rules, along the merged order.
     kept_items: list[_Item] = []
@@ -223,7 +237,7 @@ def merge(
             result_at[call_id] = len(kept_items)
         kept_items.append(item)
 
-    merged = _placeholders_in_place(kept_items)
+    merged = _results_before_the_next_user_turn(_placeholders_in_place(kept_items))
     placed, rekeyed = _positions(merged)
     return Merged(placed, conflicts, replaced, rekeyed, edited)
 
@@ -246,6 +260,34 @@ def _version(
     if x.fingerprint < y.fingerprint:
         return x, "a", Conflict("edit", y, "b", x.id, None)
     return y, "b", Conflict("edit", x, "a", y.id, None)
+
+
+def _results_before_the_next_user_turn(items: list[_Item]) -> list[_Item]:
+    """A call's result that the merge put after a user turn following the call (one
+    side held the result before the call, the other the call and a user turn: each
+    valid alone) moves into the call's tool run, where healing would have put a
+    placeholder (MEM-3): a user turn never follows a call answered only later."""
+    first_turn: dict[str, int] = {}
+    for i, item in enumerate(items):
+        for call_id in item.declared:
+            first_turn.setdefault(call_id, i)
+    moved = 0
+    for j in range(len(items)):
+        item = items[j]
+        turn = first_turn.get(item.call_id or "")
+        if turn is None or turn > j or all(x.entry.role != "user" for x in items[turn + 1 : j]):
+            continue
+        at = turn + 1
+        while at < j and items[at].entry.role == "tool":
+            at += 1
+        del items[j]
+        moved += 1
+        item.unit = (-moved, item.entry.id)  # a unit of its own: it gets a key there
+        items.insert(at, item)
+        for call_id, index in first_turn.items():  # the turns after it moved one down
+            if at <= index < j:
+                first_turn[call_id] = index + 1
+    return items
 
 
 def _placeholders_in_place(items: list[_Item]) -> list[_Item]:
