@@ -46,7 +46,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -514,41 +514,39 @@ class _Side:
             self.views[address] = _View(self, address, full)
         return self.views[address]
 
-    def where(self, ids: Sequence[str]) -> dict[str, Address]:
-        """The buffer each of these message ids is in (absent ids are left out)."""
-        found: dict[str, Address] = {}
-        for start in range(0, len(ids), 500):
-            for row in self.tx.all("sync_where", (list(ids[start : start + 500]),)):
-                found[str(row[0]).lower()] = (str(row[1]), str(row[2]), str(row[3]))
-        return found
+    def rows_for(self, statement: str, ids: Iterable[str]) -> Iterator[Any]:
+        """The rows a statement taking a list of message ids gives, 500 ids a time."""
+        wanted = list(dict.fromkeys(ids))
+        for start in range(0, len(wanted), 500):
+            yield from self.tx.all(statement, (wanted[start : start + 500],))
 
-    def versions(self, ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+    def where(self, ids: Iterable[str]) -> dict[str, Address]:
+        """The buffer each of these message ids is in (absent ids are left out)."""
+        return {
+            str(row[0]).lower(): (str(row[1]), str(row[2]), str(row[3]))
+            for row in self.rows_for("sync_where", ids)
+        }
+
+    def versions(self, ids: Iterable[str]) -> dict[str, tuple[str, int]]:
         """The recorded (fingerprint, generation) of these messages' versions."""
-        found: dict[str, tuple[str, int]] = {}
-        for start in range(0, len(ids), 500):
-            chunk = list(ids[start : start + 500])
-            for row in self.tx.all("sync_versions_of", (chunk,)):
-                found[str(row[0])] = (str(row[1]), int(row[2]))
-        return found
+        return {
+            str(row[0]): (str(row[1]), int(row[2]))
+            for row in self.rows_for("sync_versions_of", ids)
+        }
 
     def moves(self, entries: Sequence[Entry]) -> dict[str, int]:
         """How many times syncs moved each of these messages to where it stands here
         (only those above 0; a row for another position is an older move's)."""
-        found: dict[str, int] = {}
-        for start in range(0, len(entries), 500):
-            chunk = {e.id: e.position for e in entries[start : start + 500]}
-            for row in self.tx.all("sync_moves_of", (list(chunk),)):
-                if chunk.get(str(row[0])) == str(row[1]) and int(row[2]):
-                    found[str(row[0])] = int(row[2])
-        return found
+        stands = {e.id: e.position for e in entries}
+        return {
+            str(row[0]): int(row[2])
+            for row in self.rows_for("sync_moves_of", stands)
+            if stands.get(str(row[0])) == str(row[1]) and int(row[2])
+        }
 
-    def tombstoned(self, ids: Sequence[str]) -> set[str]:
+    def tombstoned(self, ids: Iterable[str]) -> set[str]:
         """Which of these message ids this store holds a tombstone for."""
-        found: set[str] = set()
-        for start in range(0, len(ids), 500):
-            chunk = list(ids[start : start + 500])
-            found |= {str(row[0]) for row in self.tx.all("sync_tombstones_held", (chunk,))}
-        return found
+        return {str(row[0]) for row in self.rows_for("sync_tombstones_held", ids)}
 
     def tombstone(self, rows: Sequence[tuple[str, Address]]) -> None:
         """Record deleted message ids with this side's next sequence numbers."""
@@ -574,12 +572,7 @@ class _Side:
         return found
 
     def contents(self, ids: Iterable[str]) -> dict[str, tuple[str, int]]:
-        wanted = list(dict.fromkeys(ids))
-        found: dict[str, tuple[str, int]] = {}
-        for start in range(0, len(wanted), 500):
-            for id_, content, parts in self.tx.all("sync_contents", (wanted[start : start + 500],)):
-                found[str(id_)] = (content, parts)
-        return found
+        return {str(row[0]): (row[1], row[2]) for row in self.rows_for("sync_contents", ids)}
 
 
 class _DryRun(Exception):
