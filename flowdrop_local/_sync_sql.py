@@ -22,7 +22,10 @@ touches them.
   tombstones every known peer has received are compacted.
 * ``flowdrop_sync_marks``: per peer and scope set, this store's clock when their
   last sync began and that sync's id (the same on both): buffers not written since
-  on either side are the same on both.
+  on either side are the same on both; and ``kv``, per kind of keyed value, the
+  last sync that wrote it here and how many there were.
+* ``flowdrop_sync_kv_clock``: per kind of keyed value (memory, viewer), the last
+  sync that read and wrote it here.
 * ``flowdrop_sync_retired``: peers :func:`~flowdrop_local.syncing.forget_peer`
   retired (passed on at each sync of everything): compaction no longer waits for
   them, and no store learns them as peers again.
@@ -77,7 +80,9 @@ SYNC_TABLES: tuple[str, ...] = (
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_acks (peer TEXT PRIMARY KEY, acked BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_marks (peer TEXT NOT NULL, "
     "scopes TEXT NOT NULL, since TEXT NOT NULL, sync_id TEXT NOT NULL, "
-    "PRIMARY KEY (peer, scopes))",
+    "kv TEXT NOT NULL DEFAULT '', PRIMARY KEY (peer, scopes))",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_kv_clock (kind TEXT PRIMARY KEY, "
+    "sync_id TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_versions (id TEXT PRIMARY KEY, "
     "fingerprint TEXT NOT NULL, generation BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_retired (peer TEXT PRIMARY KEY)",
@@ -133,13 +138,24 @@ SYNC_COMMON: dict[str, str] = {
     # The latest time this store finished a sync with the peer covering these scopes
     # (or everything): both held the same buffers then.
     "sync_marks": (
-        "SELECT scopes, since, sync_id FROM flowdrop_sync_marks "
+        "SELECT scopes, since, sync_id, kv FROM flowdrop_sync_marks "
         "WHERE peer = ? AND scopes IN (?, 'all')"
     ),
     "sync_mark_put": (
-        "INSERT INTO flowdrop_sync_marks (peer, scopes, since, sync_id) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (peer, scopes) DO UPDATE SET since = excluded.since, "
-        "sync_id = excluded.sync_id"
+        "INSERT INTO flowdrop_sync_marks (peer, scopes, since, sync_id, kv) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (peer, scopes) DO UPDATE SET "
+        "since = excluded.since, sync_id = excluded.sync_id, kv = excluded.kv"
+    ),
+    # The last sync that read and wrote a kind of keyed value here (memory, viewer).
+    "sync_kv_clock": "SELECT kind, sync_id FROM flowdrop_sync_kv_clock",
+    "sync_kv_clock_put": (
+        "INSERT INTO flowdrop_sync_kv_clock (kind, sync_id) VALUES (?, ?) "
+        "ON CONFLICT (kind) DO UPDATE SET sync_id = excluded.sync_id"
+    ),
+    # How many memory values and grants there are, and the latest local write.
+    "sync_kv_shape_memory": "SELECT count(*), coalesce(max(updated_at), '') FROM memory",
+    "sync_kv_shape_viewer": (
+        "SELECT count(*), coalesce(max(granted_at), '') FROM session_viewers"
     ),
     "sync_peers_all": "SELECT peer FROM flowdrop_sync_peers",
     "sync_peer_forget": "DELETE FROM flowdrop_sync_peers WHERE peer = ?",

@@ -34,8 +34,9 @@ leaves each side before or after the whole sync):
 
 Cost: the rows read and written follow what changed since the pair last synced
 (``SyncReport.rows_read``), plus a summary per buffer written in the last
-:data:`MARGIN` before that. Memory, sessions and grants are read whole (small
-tables).
+:data:`MARGIN` before that. Memory values and grants are read whole when either
+side changed them since (else not at all: :func:`_kv_unchanged`); session rows
+whole when in scope.
 """
 
 from __future__ import annotations
@@ -94,7 +95,9 @@ class SyncReport:
     ``memory_a_to_b``: memory values ``b`` took from ``a``; ``memory_deleted_on_a``:
     keys deleted on ``a`` (a tombstone won); ``sessions_updated_on_a``: session rows
     written on ``a``; ``viewer_a_to_b``/``viewer_deleted_on_a``: grants copied and
-    revoked. ``tombstones_compacted_on_a``: tombstones every known peer of ``a`` has
+    revoked. ``kv_skipped``: kinds of keyed values (memory values, viewer grants)
+    known unchanged on both sides since their last sync, so not read (not in
+    ``moved``). ``tombstones_compacted_on_a``: tombstones every known peer of ``a`` has
     received, dropped (not counted in ``moved``: no message changes).
     """
 
@@ -128,6 +131,7 @@ class SyncReport:
     viewer_deleted_on_b: int = 0
     tombstones_compacted_on_a: int = 0
     tombstones_compacted_on_b: int = 0
+    kv_skipped: int = 0
 
     @property
     def moved(self) -> int:
@@ -506,6 +510,7 @@ class _Side:
         self.first_seq = self.seq  # at the start of this sync
         self.now = str(tx.one("sync_now")[0])  # this store's clock: the next mark
         self.views: dict[Address, _View] = {}
+        self.kv_then: dict[str, str] = {}  # the kv of the pair's matching mark
         self.buffers_read = 0
         self.rows_read = 0
 
@@ -715,11 +720,12 @@ def _changed(side: _Side, since: str, scopes: _Scopes) -> set[Address]:
 def _last_marks(a: _Side, b: _Side, scopes: _Scopes) -> dict[str, str] | None:
     """Each side's clock at the start of the pair's last completed sync over these
     scopes (or everything), or None: both sides must name the same sync (a sync
-    killed between its two commits left a mark on one side only)."""
+    killed between its two commits left a mark on one side only). Each side's
+    ``kv`` of that mark goes to :attr:`_Side.kv_then`."""
     found = {}
     for side, other in ((a, b), (b, a)):
         rows = side.tx.all("sync_marks", (other.replica, scopes.key))
-        found[side.label] = {str(r[0]): (str(r[1]), str(r[2])) for r in rows}
+        found[side.label] = {str(r[0]): (str(r[1]), str(r[2]), str(r[3])) for r in rows}
     shared = [
         key
         for key in found["a"].keys() & found["b"].keys()
@@ -728,6 +734,8 @@ def _last_marks(a: _Side, b: _Side, scopes: _Scopes) -> dict[str, str] | None:
     if not shared:
         return None
     key = max(shared, key=lambda k: found["a"][k][0])
+    for side in (a, b):
+        side.kv_then = json.loads(found[side.label][key][2] or "{}")
     return {label: found[label][key][0] for label in ("a", "b")}
 
 
@@ -830,8 +838,16 @@ def _run(
             _keep_state(side, address, state[0], state[1], views[side.label])
     # 4. Sessions (before their grants), viewer grants, memory: last writer wins.
     _sync_sessions(a, b, scopes, report)
-    _sync_registers(a, b, _VIEWERS, scopes, report)
-    _sync_registers(a, b, _MEMORY, scopes, report)
+    sync_id = str(uuid.uuid4())
+    for kind in (_VIEWERS, _MEMORY):
+        if marks is not None and all(
+            _kv_unchanged(side, kind, marks[side.label]) for side in sides
+        ):
+            report.add("kv_skipped", 1)
+            continue
+        _sync_registers(a, b, kind, scopes, report)
+        for side in sides:
+            side.tx.run("sync_kv_clock_put", (kind.name, sync_id))
     # 5. The high-water marks: each side now holds every tombstone the other has
     # (those it sent, received and made in the merges). A scoped sync moves no mark:
     # the tombstones it skipped must still come later.
@@ -860,9 +876,9 @@ def _run(
     report.add("buffers_read", a.buffers_read + b.buffers_read)
     report.add("rows_read", a.rows_read + b.rows_read)
     # 6. The marks of this pair: both now hold the same buffers (in these scopes).
-    sync_id = str(uuid.uuid4())
     for side, other in ((a, b), (b, a)):
-        side.tx.run("sync_mark_put", (other.replica, scopes.key, side.now, sync_id))
+        kv = json.dumps({kind.name: _kv_shape(side, kind) for kind in (_VIEWERS, _MEMORY)})
+        side.tx.run("sync_mark_put", (other.replica, scopes.key, side.now, sync_id, kv))
     # 7. Compaction: a tombstone every peer this store has synced with has received
     # is needed by none of them (each deleted the message and holds its own tombstone).
     for side in sides:
@@ -917,6 +933,24 @@ def _put_viewer(tx: Tx, row: tuple[Any, ...]) -> None:
 
 _MEMORY = _Kind("memory", _read_memory, _put_memory, lambda tx, k: tx.run("memory_remove", k))
 _VIEWERS = _Kind("viewer", _read_viewers, _put_viewer, lambda tx, k: tx.run("viewer_remove", k[:2]))
+
+
+def _kv_shape(side: _Side, kind: _Kind) -> str:
+    """The last sync that wrote this kind here and how many values there are."""
+    clock = {str(r[0]): str(r[1]) for r in side.tx.all("sync_kv_clock")}
+    count, _ = side.tx.one(f"sync_kv_shape_{kind.name}")
+    return f"{clock.get(kind.name, '')}|{count}"
+
+
+def _kv_unchanged(side: _Side, kind: _Kind, mark: str) -> bool:
+    """Nothing of this kind changed here since the pair's last sync: no other sync
+    wrote it (the clock), no value was deleted (the count), none was set or granted
+    (every local write stamps the row with this store's clock, later than the mark
+    less :data:`MARGIN`). Then it is what both held at that sync, not read again."""
+    if side.kv_then.get(kind.name) != _kv_shape(side, kind):
+        return False
+    _, latest_write = side.tx.one(f"sync_kv_shape_{kind.name}")
+    return bool(str(latest_write) < _before(mark, MARGIN))
 
 
 def _sync_registers(a: _Side, b: _Side, kind: _Kind, scopes: _Scopes, report: _Report) -> None:

@@ -333,3 +333,45 @@ def test_tracking_changes_costs_a_plain_append_no_page(tmp_path: Path) -> None:
             written[name] = frames
     assert written["synced.db"] == written["never.db"], written
     assert written["never.db"] == [2] * 5, written  # the clustered row and the id index
+
+
+def _age_memory(store: Store) -> None:
+    with store.backend.write() as tx:
+        tx.conn.execute("UPDATE memory SET updated_at = '2026-01-01T00:00:00.000Z'")
+
+
+def test_memory_is_read_only_when_a_side_changed_it(tmp_path: Path) -> None:
+    """Memory values and grants unchanged on both sides since the pair's last sync are
+    not read (``kv_skipped``, both kinds); a value set, a value deleted, or a value
+    another replica brought in makes the next sync read that kind, and it moves."""
+    a = Store(str(tmp_path / "a.db"))
+    for key in ("k1", "k2"):
+        a.memory_set(None, "global", key, {"v": key})
+    enable(a)
+    a.backup(str(tmp_path / "b.db"))
+    a.backup(str(tmp_path / "c.db"))
+    b, c = Store(str(tmp_path / "b.db")), Store(str(tmp_path / "c.db"))
+    for store in (a, b, c):
+        _age_memory(store)  # written long before the syncs below
+    assert sync(a, b).kv_skipped == 0  # no mark yet: read
+    assert sync(a, b).kv_skipped == 2
+    a.memory_set(None, "global", "k3", 3)  # set here
+    report = sync(a, b)
+    assert (report.kv_skipped, report.memory_a_to_b) == (1, 1)
+    assert b.memory_get(None, "global", "k3").value == 3
+    b.memory_delete(None, "global", "k1")  # deleted there (the count tells)
+    _age_memory(a)
+    _age_memory(b)
+    report = sync(a, b)
+    assert (report.kv_skipped, report.memory_deleted_on_a) == (1, 1)
+    assert a.memory_get(None, "global", "k1").found is False
+    _age_memory(a)
+    _age_memory(b)
+    sync(a, b)
+    c.memory_set(None, "global", "k2", "from c")
+    with c.backend.write() as tx:  # set long ago, a day after the others: it wins
+        tx.conn.execute("UPDATE memory SET updated_at = '2026-01-02T00:00:00.000Z'")
+    sync(c, a)  # reaches a with its old stamp: same count, no recent write on a
+    report = sync(a, b)  # but a's memory was last written by another sync
+    assert (report.kv_skipped, report.memory_a_to_b) == (0, 1)
+    assert b.memory_get(None, "global", "k2").value == "from c"
