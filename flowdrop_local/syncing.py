@@ -877,7 +877,7 @@ def _run(
     report.add("rows_read", a.rows_read + b.rows_read)
     # 6. The marks of this pair: both now hold the same buffers (in these scopes).
     for side, other in ((a, b), (b, a)):
-        kv = json.dumps({kind.name: _kv_shape(side, kind) for kind in (_VIEWERS, _MEMORY)})
+        kv = json.dumps({kind.name: _kv_shape(side, kind)[0] for kind in (_VIEWERS, _MEMORY)})
         side.tx.run("sync_mark_put", (other.replica, scopes.key, side.now, sync_id, kv))
     # 7. Compaction: a tombstone every peer this store has synced with has received
     # is needed by none of them (each deleted the message and holds its own tombstone).
@@ -935,11 +935,12 @@ _MEMORY = _Kind("memory", _read_memory, _put_memory, lambda tx, k: tx.run("memor
 _VIEWERS = _Kind("viewer", _read_viewers, _put_viewer, lambda tx, k: tx.run("viewer_remove", k[:2]))
 
 
-def _kv_shape(side: _Side, kind: _Kind) -> str:
-    """The last sync that wrote this kind here and how many values there are."""
+def _kv_shape(side: _Side, kind: _Kind) -> tuple[str, str]:
+    """The last sync that wrote this kind here and how many values there are (as
+    the pair's mark keeps it), and the latest stamp of any value."""
     clock = {str(r[0]): str(r[1]) for r in side.tx.all("sync_kv_clock")}
-    count, _ = side.tx.one(f"sync_kv_shape_{kind.name}")
-    return f"{clock.get(kind.name, '')}|{count}"
+    count, latest = side.tx.one(f"sync_kv_shape_{kind.name}")
+    return f"{clock.get(kind.name, '')}|{count}", str(latest)
 
 
 def _kv_unchanged(side: _Side, kind: _Kind, mark: str) -> bool:
@@ -947,10 +948,8 @@ def _kv_unchanged(side: _Side, kind: _Kind, mark: str) -> bool:
     wrote it (the clock), no value was deleted (the count), none was set or granted
     (every local write stamps the row with this store's clock, later than the mark
     less :data:`MARGIN`). Then it is what both held at that sync, not read again."""
-    if side.kv_then.get(kind.name) != _kv_shape(side, kind):
-        return False
-    _, latest_write = side.tx.one(f"sync_kv_shape_{kind.name}")
-    return bool(str(latest_write) < _before(mark, MARGIN))
+    shape, latest = _kv_shape(side, kind)
+    return side.kv_then.get(kind.name) == shape and latest < _before(mark, MARGIN)
 
 
 def _sync_registers(a: _Side, b: _Side, kind: _Kind, scopes: _Scopes, report: _Report) -> None:
@@ -1235,14 +1234,13 @@ def _keep_generations(
 ) -> None:
     """Record, on both sides, the generation of each version both now hold: the
     highest of the generations either side had for that very version."""
-    by_side = {side.label: side for side in sides}
     rows = []
     for e in final:
         generation = max((found.get(e.id, 0) for found in generations.values()), default=0)
         if generation:
             rows.append((e.id, e.fingerprint, generation))
-    for side in by_side.values():
-        if rows:
+    if rows:
+        for side in sides:
             side.tx.many("sync_version_put", rows)
 
 

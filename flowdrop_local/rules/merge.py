@@ -262,15 +262,21 @@ def _version(
     return y, "b", Conflict("edit", x, "a", y.id, None)
 
 
+def _first_turns(items: list[_Item]) -> dict[str, int]:
+    """Each call id's first declaring turn, by index (it owns the pairing)."""
+    first_turn: dict[str, int] = {}
+    for i, item in enumerate(items):
+        for call_id in item.declared:
+            first_turn.setdefault(call_id, i)
+    return first_turn
+
+
 def _results_before_the_next_user_turn(items: list[_Item]) -> list[_Item]:
     """A call's result that the merge put after a user turn following the call (one
     side held the result before the call, the other the call and a user turn: each
     valid alone) moves into the call's tool run, where healing would have put a
     placeholder (MEM-3): a user turn never follows a call answered only later."""
-    first_turn: dict[str, int] = {}
-    for i, item in enumerate(items):
-        for call_id in item.declared:
-            first_turn.setdefault(call_id, i)
+    first_turn = _first_turns(items)
     moved = 0
     for j in range(len(items)):
         item = items[j]
@@ -293,10 +299,7 @@ def _results_before_the_next_user_turn(items: list[_Item]) -> list[_Item]:
 def _placeholders_in_place(items: list[_Item]) -> list[_Item]:
     """Drop placeholders that are not in the tool run right after the first turn
     declaring their call (what ``check`` requires; healing places a new one)."""
-    first_turn: dict[str, int] = {}
-    for i, item in enumerate(items):
-        for call_id in item.declared:
-            first_turn.setdefault(call_id, i)
+    first_turn = _first_turns(items)
     keep = []
     for i, item in enumerate(items):
         if item.healed:
