@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .core import APPEND, COLD, HEAL_1, HEAL_10, IMPORT, READ, WORKLOADS, Cell, fmt_bytes, fmt_ns
 
-SECTIONS = ("keys", "hotspots", "memory", "postgresql", "migration")
+SECTIONS = ("keys", "hotspots", "memory", "postgresql", "migration", "sync", "append_kinds")
 """Sections other scripts own, kept when the suite rewrites the report."""
 _ROOT = Path(__file__).resolve().parent.parent
 _PACKAGES = (

@@ -111,7 +111,7 @@ SYNC_COMMON: dict[str, str] = {
     # A change that is not an append at the end (engine.edited): the next sync reads
     # the buffer whole instead of trusting what it recorded.
     "sync_forget_summary": (
-        "UPDATE flowdrop_sync_state SET summary = '' WHERE (scope, scope_id, key) IN "
+        "UPDATE flowdrop_sync_state SET summary = '' WHERE (scope, scope_id, key) = "
         "(SELECT scope, scope_id, key FROM buffers WHERE id = ?)"
     ),
     # Where a merge of what two sides appended starts reading: the last user turn at

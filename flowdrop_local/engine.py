@@ -569,7 +569,8 @@ def heal(
     """
     unanswered = yield "all", "unanswered_calls", (buffer_id,)
     if before_users_only and unanswered:
-        last_user = yield "one", "last_user", (buffer_id,)
+        first = min(row[0] for row in unanswered)
+        last_user = yield "one", "last_user_after", (buffer_id, first)
         unanswered = [row for row in unanswered if last_user and row[0] < last_user[0]]
     # Each row carries its turn's successor: no look-up per declaring turn.
     anchors = [((position, successor), call_id) for position, call_id, successor in unanswered]

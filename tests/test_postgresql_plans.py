@@ -182,3 +182,82 @@ def _all_nodes(plan: Any) -> Iterator[dict[str, Any]]:
     elif isinstance(plan, list):
         for item in plan:
             yield from _all_nodes(item)
+
+
+# --------------------------------------------- the index each hot statement uses
+# On a buffer of 20,000 messages of an agent's history, with and without
+# statistics (autovacuum off, so only the test decides): each statement of the
+# append, heal and read paths, with realistic parameters, names its index. A
+# condition on buffer_id alone would read the whole buffer (issue 19).
+
+
+def _pg_expected(bid: int, pos: str, mid: str) -> dict[str, tuple[Any, tuple[str, ...]]]:
+    """name -> (parameters, the indexes its plan must scan)."""
+    return {
+        "pairing_state": ((bid, ["h1"], ["h1"]), ("messages_tool_result", "tool_calls_pkey")),
+        "declare_call": ((bid, "h1", mid, 0), ("messages_tool_result",)),
+        "mark_answered": ((mid, bid, "h1"), ("tool_calls_pkey",)),
+        "unanswered_calls": ((bid,), ("tool_calls_unanswered",)),
+        "declaring_turn": ((bid, "h1"), ("tool_calls_pkey",)),
+        "declaring_message": ((bid, "h1"), ("tool_calls_pkey",)),
+        "delete_placeholder": ((bid, "h1"), ("messages_tool_result",)),
+        "non_tool_after": ((bid, pos), ("messages_buffer_id_position_key",)),
+        "successor": ((bid, pos), ("messages_buffer_id_position_key",)),
+        "last_user_after": ((bid, pos), ("messages_buffer_id_position_key",)),
+        "set_tally": ((1, bid, pos), ("messages_buffer_id_position_key",)),
+        "read_before": ((bid, pos, 20), ("messages_buffer_id_position_key",)),
+        "messages_before": ((bid, pos, 20), ("messages_buffer_id_position_key",)),
+        "read_last_at": (("global", "", "agent", 50), ("messages_buffer_id_position_key",)),
+        "tail": ((bid,), ("messages_buffer_id_position_key",)),
+        "replace_placeholder": (("c", 0, "{}", bid, mid), ("messages_id",)),
+        "delete_message": ((bid, mid), ("messages_id",)),
+        "fork_ledger": ((999, bid, pos), ("tool_calls_declared_by",)),
+    }
+
+
+# A walk of the buffer's (buffer_id, position) index that stops at its first row or
+# its LIMIT (backwards for the last ones): the cost of the rows it returns.
+_STOPS_EARLY = {"tail", "read_last_at"}
+
+
+def _index_names(plan: Any) -> set[str]:
+    return {n["Index Name"] for n in _all_nodes(plan) if "Index Name" in n}
+
+
+def _buffer_only(plan: Any) -> list[dict[str, Any]]:
+    """Scans of messages or tool_calls whose index condition is the buffer alone."""
+    return [
+        n
+        for n in _scans(plan)
+        if n.get("Index Name") != "tool_calls_unanswered"
+        and re.fullmatch(r"\(buffer_id = [^()]+\)", str(n.get("Index Cond", "")).strip())
+    ]
+
+
+@pytest.mark.parametrize("statistics", ["no statistics", "analyzed"])
+def test_each_hot_statement_names_its_index(postgresql_url: str, statistics: str) -> None:
+    import psycopg
+
+    from ._workload import fill
+
+    with Store(postgresql_url) as store:
+        with psycopg.connect(postgresql_url, autocommit=True) as conn:
+            for table in ("messages", "tool_calls", "buffers"):
+                conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+        fill(store, 20_000)
+    with psycopg.connect(postgresql_url) as conn:
+        if statistics == "analyzed":
+            conn.execute("ANALYZE")
+        bid, pos, mid = conn.execute(
+            "SELECT buffer_id, position, id FROM messages WHERE buffer_id = "
+            "(SELECT id FROM buffers WHERE key = 'agent') ORDER BY position OFFSET 10000 LIMIT 1"
+        ).fetchone()  # type: ignore[misc]
+        for name, (params, indexes) in _pg_expected(bid, pos, mid).items():
+            plan = conn.execute(
+                "EXPLAIN (FORMAT JSON) " + pg.SQL[name], pg._params(name, params)
+            ).fetchone()[0]  # type: ignore[index]
+            conn.rollback()
+            used = _index_names(plan)
+            assert set(indexes) <= used, (name, statistics, used)
+            if name not in _STOPS_EARLY:
+                assert _buffer_only(plan) == [], (name, statistics, plan)

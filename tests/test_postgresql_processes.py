@@ -462,8 +462,31 @@ def test_an_append_chosen_as_a_deadlock_victim_is_retried(
 KILLS = 10
 
 
+def wait_for_dead_clients(url: str, timeout: float = 30) -> None:
+    """Until no other session of the server is inside a statement or a transaction.
+
+    A client killed with SIGKILL may have sent its last pipeline (a whole append,
+    ``COMMIT`` included) before it died: its server process still runs it, and may
+    commit after the kill. What the test reads must come after that.
+    """
+    import psycopg
+
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as conn:
+        while True:
+            busy = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend' AND state <> 'idle'"
+            ).fetchone()[0]  # type: ignore[index]
+            if busy == 0:
+                return
+            assert time.monotonic() < deadline, f"{busy} session(s) still busy"
+            time.sleep(0.02)
+
+
 def verify(url: str, reported: dict[str, list[str]]) -> tuple[int, set[str]]:
     """check() clean, whole turns, every reported append there: (appends, open calls)."""
+    wait_for_dead_clients(url)
     with Store(url) as store:
         assert store.check() == []
         history = store.buffer("session", "crash", "chat").read()

@@ -178,9 +178,9 @@ SQL: dict[str, str] = {
     "non_tool_after": (
         "SELECT 1 FROM messages WHERE buffer_id = %s AND position > %s AND role <> 'tool' LIMIT 1"
     ),
-    "last_user": (
-        "SELECT position FROM messages WHERE buffer_id = %s AND role = 'user' "
-        "ORDER BY position DESC LIMIT 1"
+    "last_user_after": (
+        "SELECT position FROM messages WHERE buffer_id = %s AND position > %s "
+        "AND role = 'user' ORDER BY position DESC LIMIT 1"
     ),
     "tail": "SELECT max(position) FROM messages WHERE buffer_id = %s",
     "successor": (
@@ -405,14 +405,19 @@ SQL: dict[str, str] = {
         "ORDER BY position LIMIT %(n)s"
     ),
     "count_through": "SELECT count(*) FROM messages WHERE buffer_id = %s AND position <= %s",
+    # Driven by the copied rows (od): the LATERAL subquery (OFFSET 0 keeps the planner
+    # from flattening it back into a join) is a keyed look-up per copied row, where a
+    # join, without statistics, hashed the source's whole ledger.
     "fork_ledger": (
         "INSERT INTO tool_calls (buffer_id, call_id, declared_by, ordinal, answered_by) "
-        "SELECT %(t)s, t.call_id, nd.id, t.ordinal, na.id FROM tool_calls AS t "
-        "JOIN messages AS od ON od.buffer_id = t.buffer_id AND od.id = t.declared_by "
+        "SELECT %(t)s, t.call_id, nd.id, t.ordinal, na.id FROM messages AS od "
+        "CROSS JOIN LATERAL (SELECT l.buffer_id, l.call_id, l.ordinal, l.answered_by "
+        "FROM tool_calls AS l WHERE l.buffer_id = od.buffer_id AND l.declared_by = od.id "
+        "OFFSET 0) AS t "
         "JOIN messages AS nd ON nd.buffer_id = %(t)s AND nd.position = od.position "
         "LEFT JOIN messages AS oa ON oa.buffer_id = t.buffer_id AND oa.id = t.answered_by "
         "LEFT JOIN messages AS na ON na.buffer_id = %(t)s AND na.position = oa.position "
-        "WHERE t.buffer_id = %(s)s AND od.position <= %(c)s"
+        "WHERE od.buffer_id = %(s)s AND od.position <= %(c)s"
     ),
     # --------------------------------------------------------- search (issue 13)
     "search_enabled": "SELECT count(*) FROM pg_tables "

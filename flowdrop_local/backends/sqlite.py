@@ -122,8 +122,11 @@ SQL: dict[str, str] = {
     ),
     # The stored pairing state of a batch's call ids, in one statement: the result
     # standing for each (1, ...), and which are declared already (0, ...).
+    # INDEXED BY: without statistics the planner walks the primary key's buffer_id
+    # prefix (every message of the buffer) and filters on tool_call_id.
     "pairing_state": (
         "SELECT 1, tool_call_id, id_text(id), healed FROM messages "
+        "INDEXED BY messages_tool_result "
         "WHERE buffer_id = ?1 AND tool_call_id IN (SELECT value FROM json_each(?2)) "
         "UNION ALL SELECT DISTINCT 0, call_id, NULL, NULL FROM tool_calls "
         "WHERE buffer_id = ?1 AND call_id IN (SELECT value FROM json_each(?3))"
@@ -171,8 +174,10 @@ SQL: dict[str, str] = {
     "non_tool_after": (
         "SELECT 1 FROM messages WHERE buffer_id = ? AND position > ? AND role != 'tool' LIMIT 1"
     ),
-    "last_user": (
-        "SELECT position FROM messages WHERE buffer_id = ? AND role = 'user' "
+    # The last user turn after a position: a backward walk from the tail that stops
+    # at that position (the first unanswered call), not at the buffer's head.
+    "last_user_after": (
+        "SELECT position FROM messages WHERE buffer_id = ? AND position > ? AND role = 'user' "
         "ORDER BY position DESC LIMIT 1"
     ),
     "tail": "SELECT max(position) FROM messages WHERE buffer_id = ?",
@@ -380,6 +385,17 @@ SQL: dict[str, str] = {
         "WHERE id IN (SELECT id_blob(value) FROM json_each(?))"
     ),
     **SYNC_COMMON,
+    # INDEXED BY, as for unanswered_calls: the buffer's unanswered calls, not its ledger.
+    "sync_drop_unanswered": (
+        "DELETE FROM tool_calls INDEXED BY tool_calls_unanswered "
+        "WHERE buffer_id = ? AND answered_by IS NULL"
+    ),
+    "sync_answered_refresh": (
+        "UPDATE tool_calls INDEXED BY tool_calls_unanswered SET answered_by = "
+        "(SELECT m.id FROM messages AS m "
+        "WHERE m.buffer_id = tool_calls.buffer_id AND m.tool_call_id = tool_calls.call_id) "
+        "WHERE buffer_id = ? AND answered_by IS NULL"
+    ),
     # ------------------------------------------------ conversations (issue 13)
     "buffer_info": (
         "SELECT b.title, b.metadata, b.created_at, b.updated_at, "
@@ -401,8 +417,10 @@ SQL: dict[str, str] = {
     ),
     # One owner's conversations (scope and scope_id given): the address index
     # yields them, then they are sorted (a cost of the owner's buffers only).
+    # INDEXED BY the address index (UNIQUE (scope, scope_id, key)): with statistics
+    # the planner would walk buffers_recent, every buffer newer than the owner's.
     "conversations_of": (
-        f"SELECT {_INFO} FROM buffers AS b "
+        f"SELECT {_INFO} FROM buffers AS b INDEXED BY sqlite_autoindex_buffers_1 "
         "WHERE b.scope = ?3 AND b.scope_id = ?4 AND (b.updated_at, b.id) < (?1, ?2) "
         "ORDER BY b.updated_at DESC, b.id DESC LIMIT ?5"
     ),
@@ -418,14 +436,16 @@ SQL: dict[str, str] = {
     "count_through": "SELECT count(*) FROM messages WHERE buffer_id = ? AND position <= ?",
     # The ledger of the copied rows, mapped by position (a fork keeps positions);
     # a call answered after the cut is unanswered in the fork.
+    # Driven by the copied rows (od, the source's prefix), not the source's whole
+    # ledger: a fork near the start of a long buffer reads only what it copies.
     "fork_ledger": (
         "INSERT INTO tool_calls (buffer_id, call_id, declared_by, ordinal, answered_by) "
-        "SELECT ?1, t.call_id, nd.id, t.ordinal, na.id FROM tool_calls AS t "
-        "JOIN messages AS od ON od.id = t.declared_by "
+        "SELECT ?1, t.call_id, nd.id, t.ordinal, na.id FROM messages AS od "
+        "CROSS JOIN tool_calls AS t INDEXED BY tool_calls_declared_by ON t.declared_by = od.id "
         "JOIN messages AS nd ON nd.buffer_id = ?1 AND nd.position = od.position "
         "LEFT JOIN messages AS oa ON oa.id = t.answered_by "
         "LEFT JOIN messages AS na ON na.buffer_id = ?1 AND na.position = oa.position "
-        "WHERE t.buffer_id = ?2 AND od.position <= ?3"
+        "WHERE od.buffer_id = ?2 AND od.position <= ?3"
     ),
     # --------------------------------------------------------- search (issue 13)
     "search_enabled": (
