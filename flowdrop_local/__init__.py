@@ -43,6 +43,7 @@ from .errors import (
     SessionStopped,
     StoreClosed,
     SyncIdConflict,
+    SyncRefused,
     UnsupportedOperation,
 )
 from .memory import MemoryRead, MemoryWrite
@@ -118,6 +119,7 @@ __all__ = [
     "Store",
     "StoreClosed",
     "SyncIdConflict",
+    "SyncRefused",
     "SyncReport",
     "ToolCall",
     "Turn",

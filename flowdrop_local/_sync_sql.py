@@ -27,8 +27,11 @@ touches them.
 * ``flowdrop_sync_kv_clock``: per kind of keyed value (memory, viewer), the last
   sync that read and wrote it here.
 * ``flowdrop_sync_retired``: peers :func:`~flowdrop_local.syncing.forget_peer`
-  retired (passed on at each sync of everything): compaction no longer waits for
-  them, and no store learns them as peers again.
+  retired here (never passed on): compaction no longer waits for them, and this
+  store never learns them as peers again.
+* ``flowdrop_sync_hlc``: per kind of keyed value, the latest stamp a sync wrote
+  here: a deletion a later sync finds is stamped after it (a hybrid logical clock),
+  so a value synced with a stamp ahead of the clock cannot outlive its deletion.
 * ``flowdrop_sync_moves``: for a message a sync moved (re-keyed with its block),
   how many times syncs moved it to the position this store holds: of two
   positions for one message, the later move wins.
@@ -88,6 +91,7 @@ SYNC_TABLES: tuple[str, ...] = (
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_retired (peer TEXT PRIMARY KEY)",
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_moves (id TEXT PRIMARY KEY, "
     "position TEXT NOT NULL, generation BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_hlc (kind TEXT PRIMARY KEY, stamp TEXT NOT NULL)",
 )
 
 SYNC_COMMON: dict[str, str] = {
@@ -95,6 +99,9 @@ SYNC_COMMON: dict[str, str] = {
     "sync_replica_put": "INSERT INTO flowdrop_sync_replica (id, created_at) VALUES (?, ?)",
     "sync_replica_drop": "DELETE FROM flowdrop_sync_replica",
     "sync_state_all": "SELECT scope, scope_id, key FROM flowdrop_sync_state",
+    # What a sync's scopes leave out, counted per owner (the report says so).
+    "sync_buffer_owners": "SELECT scope, scope_id, count(*) FROM buffers GROUP BY scope, scope_id",
+    "sync_memory_owners": "SELECT scope, scope_id, count(*) FROM memory GROUP BY scope, scope_id",
     "sync_state_one": (
         "SELECT digest, summary FROM flowdrop_sync_state "
         "WHERE scope = ? AND scope_id = ? AND key = ?"
@@ -148,6 +155,11 @@ SYNC_COMMON: dict[str, str] = {
     ),
     # The last sync that read and wrote a kind of keyed value here (memory, viewer).
     "sync_kv_clock": "SELECT kind, sync_id FROM flowdrop_sync_kv_clock",
+    "sync_hlc": "SELECT stamp FROM flowdrop_sync_hlc WHERE kind = ?",
+    "sync_hlc_put": (
+        "INSERT INTO flowdrop_sync_hlc (kind, stamp) VALUES (?, ?) "
+        "ON CONFLICT (kind) DO UPDATE SET stamp = excluded.stamp"
+    ),
     "sync_kv_clock_put": (
         "INSERT INTO flowdrop_sync_kv_clock (kind, sync_id) VALUES (?, ?) "
         "ON CONFLICT (kind) DO UPDATE SET sync_id = excluded.sync_id"

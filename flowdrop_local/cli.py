@@ -352,8 +352,8 @@ def copy(source: str, target: str, replace: bool, quiet: bool) -> None:
     "scopes",
     multiple=True,
     metavar="SCOPE[:ID]",
-    help="Only these scopes (repeatable; 'all' for everything). Default: every scope "
-    "but user and session.",
+    help="Only these scopes (repeatable; an application's own scope too; 'all' for every "
+    "buffer). Default: every scope but user and session.",
 )
 @click.option("--dry-run", is_flag=True, help="Report what would move; change nothing.")
 @click.option(
@@ -400,9 +400,17 @@ def sync_(
     if json_output:
         dump(report.to_dict())
         return
+    left_out = (
+        f"; left out by the scopes: {report.buffers_left_out_a} buffer(s) and "
+        f"{report.memory_left_out_a} memory value(s) on A, {report.buffers_left_out_b} and "
+        f"{report.memory_left_out_b} on B (--scope all covers everything)"
+        if report.left_out
+        else ""
+    )
     if report.moved == 0:
         click.echo(
-            f"in sync ({report.buffers_compared} buffers compared, {report.buffers_read} read)"
+            f"in sync ({report.buffers_compared} buffers compared, {report.buffers_read} read"
+            f"{left_out})"
         )
         return
     shown = "would move" if dry_run else "moved"
@@ -412,6 +420,7 @@ def sync_(
         f"{report.healed} healed, {report.replaced} placeholder(s) replaced, "
         f"{report.rekeyed} re-keyed; conflicts: "
         + (", ".join(f"{rule} {n}" for rule, n in sorted(report.conflicts.items())) or "none")
+        + left_out
     )
 
 

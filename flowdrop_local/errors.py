@@ -157,6 +157,21 @@ class ReplicaRetired(ReplicaConflict):
     deleted messages back. Replace it with a fresh ``backup`` of a current store."""
 
 
+class SyncRefused(FlowdropError, ValueError):
+    """A row one side of a sync holds fails the checks an import makes (a malformed or
+    over-long position, a healed mark on a message that is no placeholder, a message
+    too large): a peer is untrusted input, so the sync refuses and neither side changes.
+    ``store`` names the side, ``message_id`` the row."""
+
+    def __init__(self, store: str, message_id: str, problem: str) -> None:
+        self.store = store
+        self.message_id = message_id
+        super().__init__(
+            f"{store} holds message {message_id}, which {problem}; nothing was synced "
+            "(neither side changed)"
+        )
+
+
 class SyncIdConflict(FlowdropError, ValueError):
     """A message id names different messages on the two sides of a sync (a caller-supplied
     id reused in another buffer, or for another role): ids are store-wide keys, so the

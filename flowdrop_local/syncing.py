@@ -48,17 +48,27 @@ import json
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
 from ._sync_sql import SYNC_TABLES
-from .access import IDENTITY_SCOPES, SCOPES
+from .access import IDENTITY_SCOPES, resolve_address
 from .backends.base import Tx
 from .engine import drive, heal, remove_message
-from .errors import InvalidArgument, ReplicaConflict, ReplicaRetired, SyncIdConflict, shown
+from .errors import (
+    InvalidAddress,
+    InvalidArgument,
+    ReplicaConflict,
+    ReplicaRetired,
+    SyncIdConflict,
+    SyncRefused,
+    shown,
+)
+from .portability import MAX_LINE_CHARS
+from .positions import is_valid_key
 from .rules.merge import Entry, Merged, Version, canonical, latest, merge, merge_session, stamp
-from .rules.pairing import declared_call_ids
+from .rules.pairing import PLACEHOLDER_CONTENT, declared_call_ids, placeholder_metadata
 from .store import Store
 
 Address = tuple[str, str, str]
@@ -97,8 +107,12 @@ class SyncReport:
     written on ``a``; ``viewer_a_to_b``/``viewer_deleted_on_a``: grants copied and
     revoked. ``kv_skipped``: kinds of keyed values (memory values, viewer grants)
     known unchanged on both sides since their last sync, so not read (not in
-    ``moved``). ``tombstones_compacted_on_a``: tombstones every known peer of ``a`` has
-    received, dropped (not counted in ``moved``: no message changes).
+    ``moved``). ``buffers_left_out_a``/``memory_left_out_a``: buffers and memory
+    values on ``a`` outside the sync's scopes, not compared (``left_out``: all four).
+    ``tombstones_refused``: tombstones naming a message the receiver holds in another
+    buffer than they claim (a forged or corrupt peer), neither kept nor applied.
+    ``tombstones_compacted_on_a``: tombstones every known peer of ``a`` has
+    acknowledged, dropped (not counted in ``moved``: no message changes).
     """
 
     a: str
@@ -132,6 +146,21 @@ class SyncReport:
     tombstones_compacted_on_a: int = 0
     tombstones_compacted_on_b: int = 0
     kv_skipped: int = 0
+    tombstones_refused: int = 0
+    buffers_left_out_a: int = 0
+    buffers_left_out_b: int = 0
+    memory_left_out_a: int = 0
+    memory_left_out_b: int = 0
+
+    @property
+    def left_out(self) -> int:
+        """Buffers and memory values the sync's scopes did not cover, on both sides."""
+        return (
+            self.buffers_left_out_a
+            + self.buffers_left_out_b
+            + self.memory_left_out_a
+            + self.memory_left_out_b
+        )
 
     @property
     def moved(self) -> int:
@@ -160,7 +189,7 @@ class SyncReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data (``flowdrop-local sync --json``)."""
-        return {**attrs.asdict(self), "moved": self.moved}
+        return {**attrs.asdict(self), "moved": self.moved, "left_out": self.left_out}
 
 
 # ------------------------------------------------------------------- scopes
@@ -169,25 +198,28 @@ class SyncReport:
 class _Scopes:
     """Which buffer addresses a sync covers.
 
-    Default (``None``): every scope that is not an identity scope (``global``,
-    ``workflow``, ``pipeline``, ``execution``). ``user`` and ``session`` buffers move
-    only when named: ``("user", "42")`` or ``"user:42"`` one identity, ``"user"``
-    every user's. ``"all"``: everything.
+    Default (``None``): every scope that is not an identity scope: ``global``,
+    ``workflow``, ``pipeline``, ``execution`` and every scope the application named
+    itself (``store.buffer("chat", ...)``). ``user`` and ``session`` buffers move only
+    when named: ``("user", "42")`` or ``"user:42"`` one identity, ``"user"`` every
+    user's. An application's scope is named the same way (``"chat"``,
+    ``"chat:ana"``). ``"all"``: every buffer, whatever its scope.
     """
 
     def __init__(self, scopes: Iterable[object] | None) -> None:
         self.named = scopes is not None
+        self.all = False
+        self.default = scopes is None
         self.whole: set[str] = set()
         self.ids: set[tuple[str, str]] = set()
         if scopes is None:
-            self.whole = set(SCOPES) - IDENTITY_SCOPES
             return
         if isinstance(scopes, str | tuple):
             scopes = [scopes]
         for item in scopes:
             scope, scope_id = _parse_scope(item)
             if scope == "all":
-                self.whole |= set(SCOPES)
+                self.all = True
             elif scope_id is None:
                 self.whole.add(scope)
             else:
@@ -195,16 +227,20 @@ class _Scopes:
 
     @property
     def everything(self) -> bool:
-        return self.whole >= set(SCOPES)
+        return self.all
 
     @property
     def key(self) -> str:
         """These scopes as text, the same for the same set ('all' for everything)."""
-        if self.everything:
+        if self.all:
             return "all"
+        if self.default:
+            return "default"
         return " ".join(sorted(self.whole) + sorted(f"{s}:{i}" for s, i in self.ids))
 
     def __contains__(self, address: Sequence[str]) -> bool:
+        if self.all or (self.default and address[0] not in IDENTITY_SCOPES):
+            return True
         return address[0] in self.whole or (address[0], address[1]) in self.ids
 
 
@@ -223,13 +259,26 @@ def _parse_scope(item: object) -> tuple[str, str | None]:
         raise InvalidArgument(
             f"a sync scope is 'SCOPE', 'SCOPE:ID' or (scope, id), not {shown(item)}"
         )
-    if parsed[0] != "all" and parsed[0] not in SCOPES:
-        raise InvalidArgument(f"unknown scope {parsed[0]!r} (one of {', '.join(SCOPES)}, or 'all')")
-    if parsed[0] == "all" and parsed[1] is not None:
-        raise InvalidArgument("'all' takes no id")
+    if parsed[0] == "all":
+        if parsed[1] is not None:
+            raise InvalidArgument("'all' takes no id")
+        return parsed
+    try:  # an application's own scope is named as an address names it
+        resolve_address(parsed[0], "x")
+    except InvalidAddress as error:
+        raise InvalidArgument(f"{error} (a sync scope, or 'all')") from None
     if parsed[1] is not None and parsed[1].strip() in ("", "0") and parsed[0] in IDENTITY_SCOPES:
         raise InvalidArgument(f"{parsed[0]}:{parsed[1]!r} names no identity")
     return parsed
+
+
+def _left_out(tx: Tx, scopes: _Scopes) -> tuple[int, int]:
+    """The buffers and memory values of one side that ``scopes`` leave out."""
+    if scopes.all:
+        return 0, 0
+    buffers = sum(n for s, i, n in tx.all("sync_buffer_owners") if (s, i) not in scopes)
+    memory = sum(n for s, i, n in tx.all("sync_memory_owners") if (s, i) not in scopes)
+    return buffers, memory
 
 
 # ------------------------------------------------------------------ replicas
@@ -280,10 +329,12 @@ def peers(store: Store) -> list[str]:
 
 def forget_peer(store: Store, replica: str) -> bool:
     """Stop waiting for ``replica`` (a device retired for good) before compacting
-    tombstones; each sync of everything passes the retirement on, so no peer learns
-    it again, and a store that knows of it refuses to sync with it
-    (:class:`ReplicaRetired`): what it holds could bring back deletions compacted
-    since. False if ``store`` did not know it as a peer."""
+    tombstones, and refuse to sync with it from now on (:class:`ReplicaRetired`):
+    what it holds could bring back deletions compacted since. The retirement is
+    this store's alone: a peer never adopts it (a forged list could cut honest
+    replicas apart), so call it on every store that should stop waiting; this store
+    never learns the retired replica back from a peer. False if ``store`` did not
+    know it as a peer."""
     with store.backend.write() as tx:
         if not tx.one("sync_tables")[0]:
             return False
@@ -564,7 +615,7 @@ class _Side:
             self.tx.many("sync_tombstone_put", params)
 
     def entries(self, buffer_id: int) -> list[Entry]:
-        found = [Entry(*row) for row in self.tx.all("sync_light", (buffer_id,))]
+        found = [self._checked(Entry(*row)) for row in self.tx.all("sync_light", (buffer_id,))]
         self.rows_read += len(found)
         return found
 
@@ -572,12 +623,70 @@ class _Side:
         """The buffer's messages at and after position ``start`` ('': all)."""
         if not start:
             return self.entries(buffer_id)
-        found = [Entry(*row) for row in self.tx.all("sync_light_from", (buffer_id, start))]
+        rows = self.tx.all("sync_light_from", (buffer_id, start))
+        found = [self._checked(Entry(*row)) for row in rows]
         self.rows_read += len(found)
         return found
 
     def contents(self, ids: Iterable[str]) -> dict[str, tuple[str, int]]:
-        return {str(row[0]): (row[1], row[2]) for row in self.rows_for("sync_contents", ids)}
+        found = {str(row[0]): (row[1], row[2]) for row in self.rows_for("sync_contents", ids)}
+        for id_, (content, _) in found.items():
+            if len(content) > MAX_MESSAGE_CHARS:
+                raise SyncRefused(
+                    self.store.path, id_, f"is longer than {MAX_MESSAGE_CHARS:,} characters"
+                )
+        return found
+
+    def _checked(self, entry: Entry) -> Entry:
+        """An entry as read from this side, refused unless an import would take it."""
+        problem = _row_problem(entry)
+        if problem is not None:
+            raise SyncRefused(self.store.path, entry.id, problem)
+        return entry
+
+
+# What a sync takes from a side, as an import would (a peer is untrusted input):
+MAX_SYNC_POSITION: Final = 255
+"""The longest position key a sync takes (a longer one makes every key after it as
+long; the library's own keys stay under 10 characters in any ordinary history)."""
+MAX_MESSAGE_CHARS: Final = MAX_LINE_CHARS
+"""The largest content a sync takes: an import's longest line."""
+
+
+def _row_problem(entry: Entry) -> str | None:
+    """Why a row may not travel (None: it may): its key, its size, its healed mark."""
+    if not is_valid_key(entry.position):
+        return f"has the malformed position key {entry.position[:40]!r}"
+    if len(entry.position) > MAX_SYNC_POSITION:
+        return (
+            f"has a position key of {len(entry.position):,} characters "
+            f"(at most {MAX_SYNC_POSITION})"
+        )
+    if len(entry.metadata) > MAX_MESSAGE_CHARS:
+        return f"has metadata longer than {MAX_MESSAGE_CHARS:,} characters"
+    if '"healed"' in entry.metadata:
+        metadata = json.loads(entry.metadata)
+        if metadata.get("healed") is True:
+            call_id = metadata.get("tool_call_id")
+            if (
+                entry.role != "tool"
+                or not isinstance(call_id, str)
+                or metadata != placeholder_metadata(call_id)
+            ):
+                return "is marked healed but is no placeholder"
+    return None
+
+
+def _placeholder_problem(entry: Entry, content: str) -> str | None:
+    """A healed mark on a row whose content is not the placeholder's."""
+    if (
+        entry.role == "tool"
+        and '"healed"' in entry.metadata
+        and content != PLACEHOLDER_CONTENT
+        and json.loads(entry.metadata).get("healed") is True
+    ):
+        return "is marked healed but is no placeholder"
+    return None
 
 
 class _DryRun(Exception):
@@ -743,6 +852,17 @@ def _run(
     a: _Side, b: _Side, order: list[_Side], scopes: _Scopes, report: _Report, full: bool
 ) -> None:
     sides = (a, b)
+    # What each side knows the other holds of its tombstones is what the other
+    # committed (its high-water mark of this side, read now, inside its transaction),
+    # never what a sync sent: a sync whose other half was lost acknowledged nothing.
+    for source, target in ((a, b), (b, a)):
+        row = target.tx.one("sync_peer", (source.replica,))
+        if row is not None:
+            source.tx.run("sync_ack_put", (target.replica, int(row[0])))
+    for side in sides:  # what these scopes leave out, so "in sync" never hides it
+        buffers, memory = _left_out(side.tx, scopes)
+        report.add(f"buffers_left_out_{side.label}", buffers)
+        report.add(f"memory_left_out_{side.label}", memory)
     # 0. What to look at. With a mark on both sides (the time each store finished
     # its last sync with the other over these scopes), only buffers written since on
     # either side; else every buffer. A buffer whose summary is the one recorded at
@@ -791,9 +911,16 @@ def _run(
         arriving = [(str(r[0]), (r[1], r[2], r[3])) for r in rows if (r[1], r[2], r[3]) in scopes]
         known = target.tombstoned([id_ for id_, _ in arriving])  # sent again, or relayed
         arriving = [item for item in arriving if item[0] not in known]
+        # A tombstone is judged by the receiver's own row: one naming a message the
+        # receiver holds in another buffer than it claims is refused (a peer could
+        # otherwise delete, then relay the deletion of, a message outside the scopes
+        # it syncs), and not kept.
+        held = target.where([id_ for id_, _ in arriving])
+        refused = [item for item in arriving if held.get(item[0].lower(), item[1]) != item[1]]
+        arriving = [item for item in arriving if item not in refused]
+        report.add("tombstones_refused", len(refused))
         target.tombstone(arriving)
         report.add(f"tombstones_{source.label}_to_{target.label}", len(arriving))
-        held = target.where([id_ for id_, _ in arriving])
         for id_, _ in arriving:
             address_of = held.get(id_.lower())
             if address_of is not None and address_of in scopes:
@@ -859,19 +986,17 @@ def _run(
         row = target.tx.one("sync_peer", (source.replica,))
         mark = source.first_seq if scopes.everything else (0 if row is None else int(row[0]))
         target.tx.run("sync_peer_put", (source.replica, mark, _now()))
-        if scopes.everything:
-            source.tx.run("sync_ack_put", (target.replica, mark))
     # Each learns the other's peers (a backup of a backup, say): a tombstone is
     # compacted only when every replica either knows of has received it.
     if scopes.everything:
+        # A peer's retirements are its own: a store retires a replica only by its
+        # own forget_peer (a forged list would cut honest replicas apart), and
+        # never adopts a peer it retired.
         now = _now()
-        retired = {str(r[0]) for side in sides for r in side.tx.all("sync_retired_all")}
-        for side in sides:
-            for peer in sorted(retired):
-                _retire(side.tx, peer)
         for side, other in ((a, b), (b, a)):
+            retired = {str(r[0]) for r in side.tx.all("sync_retired_all")}
             for (peer,) in other.tx.all("sync_peers_all"):
-                if peer != side.replica:
+                if peer != side.replica and str(peer) not in retired:
                     side.tx.run("sync_peer_adopt", (peer, now, peer))
     report.add("buffers_read", a.buffers_read + b.buffers_read)
     report.add("rows_read", a.rows_read + b.rows_read)
@@ -899,6 +1024,25 @@ class _Kind:
     read: Callable[[Tx, _Scopes], dict[Key, tuple[Version, tuple[Any, ...]]]]
     put: Callable[[Tx, tuple[Any, ...]], None]
     drop: Callable[[Tx, Key], object]
+    stamp_at: int  # where a row (as read gives it) holds its last-writer-wins stamp
+
+
+# A last-writer-wins stamp later than the earlier of the two stores' clocks plus
+# this counts as exactly that (and is written so, on both sides): a device whose
+# clock runs ahead, or a file stamped in the year 9999, wins no value for longer.
+CLOCK_BOUND = datetime.timedelta(minutes=5)
+
+
+def _ceiling(a: _Side, b: _Side) -> str:
+    """The latest stamp this sync takes as it is (see :data:`CLOCK_BOUND`)."""
+    return stamp(_before(min(a.now, b.now, key=stamp), -CLOCK_BOUND))
+
+
+def _clamp_row(row: tuple[Any, ...], at: int, ceiling: str) -> tuple[tuple[Any, ...], bool]:
+    """``row`` with its stamp at ``at`` no later than ``ceiling``; whether it changed."""
+    if stamp(str(row[at])) <= ceiling:
+        return row, False
+    return (*row[:at], ceiling, *row[at + 1 :]), True
 
 
 def _read_memory(tx: Tx, scopes: _Scopes) -> dict[Key, tuple[Version, tuple[Any, ...]]]:
@@ -931,8 +1075,10 @@ def _put_viewer(tx: Tx, row: tuple[Any, ...]) -> None:
     tx.run("import_viewer", row)
 
 
-_MEMORY = _Kind("memory", _read_memory, _put_memory, lambda tx, k: tx.run("memory_remove", k))
-_VIEWERS = _Kind("viewer", _read_viewers, _put_viewer, lambda tx, k: tx.run("viewer_remove", k[:2]))
+_MEMORY = _Kind("memory", _read_memory, _put_memory, lambda tx, k: tx.run("memory_remove", k), 5)
+_VIEWERS = _Kind(
+    "viewer", _read_viewers, _put_viewer, lambda tx, k: tx.run("viewer_remove", k[:2]), 2
+)
 
 
 def _kv_shape(side: _Side, kind: _Kind) -> tuple[str, str]:
@@ -957,15 +1103,28 @@ def _sync_registers(a: _Side, b: _Side, kind: _Kind, scopes: _Scopes, report: _R
     gone becomes a tombstone stamped now (sync finds deletions, it is not told of
     them); then per key the :func:`~flowdrop_local.rules.merge.latest` version of the
     two sides goes to both."""
-    now = stamp(_now())
+    ceiling = _ceiling(a, b)
     rows: dict[str, dict[Key, tuple[Version, tuple[Any, ...]]]] = {}
     tombs: dict[str, dict[Key, Version]] = {}
+    rewrite: dict[str, set[Key]] = {"a": set(), "b": set()}  # stamps clamped here
     for side in (a, b):
-        found = kind.read(side.tx, scopes)
-        dead = {
-            (str(r[0]), str(r[1]), str(r[2])): Version(stamp(str(r[3])), True, "")
-            for r in side.tx.all("sync_kv_tombstones", (kind.name,))
-        }
+        found = {}
+        for key, (version, row) in kind.read(side.tx, scopes).items():
+            row, clamped = _clamp_row(row, kind.stamp_at, ceiling)
+            if clamped:
+                version = version._replace(stamp=ceiling)
+                rewrite[side.label].add(key)
+            found[key] = (version, row)
+        dead = {}
+        for r in side.tx.all("sync_kv_tombstones", (kind.name,)):
+            key = (str(r[0]), str(r[1]), str(r[2]))
+            dead[key] = Version(min(stamp(str(r[3])), ceiling), True, "")
+            if stamp(str(r[3])) > ceiling:
+                rewrite[side.label].add(key)
+        # A deletion found now happened after every stamp a sync wrote here before
+        # (the side's hybrid clock): it beats what it deleted, whatever clocks said.
+        clock = side.tx.one("sync_hlc", (kind.name,))
+        now = min(max(stamp(_now()), _tick(str(clock[0])) if clock else ""), ceiling)
         for r in side.tx.all("sync_kv_state", (kind.name,)):
             key = (str(r[0]), str(r[1]), str(r[2]))
             if key not in found and _in_scope(kind, key, scopes):  # deleted here since
@@ -973,6 +1132,7 @@ def _sync_registers(a: _Side, b: _Side, kind: _Kind, scopes: _Scopes, report: _R
                 side.tx.run("sync_kv_tombstone_put", (kind.name, *key, now))
         rows[side.label], tombs[side.label] = found, dead
     keys = sorted(set(rows["a"]) | set(rows["b"]) | set(tombs["a"]) | set(tombs["b"]))
+    written = ""
     for key in keys:
         if not _in_scope(kind, key, scopes):
             continue
@@ -982,22 +1142,38 @@ def _sync_registers(a: _Side, b: _Side, kind: _Kind, scopes: _Scopes, report: _R
         }
         winner = latest(*held.values())
         assert winner is not None
+        written = max(written, winner.stamp)
         for side, other in ((a, b), (b, a)):
             tx = side.tx
             if winner.deleted:
                 if key in rows[side.label]:
                     kind.drop(tx, key)
                     report.add(f"{kind.name}_deleted_on_{side.label}", 1)
-                if tombs[side.label].get(key) != winner:
+                if tombs[side.label].get(key) != winner or key in rewrite[side.label]:
                     tx.run("sync_kv_tombstone_put", (kind.name, *key, winner.stamp))
                 tx.run("sync_kv_state_drop", (kind.name, *key))
                 continue
             if held[side.label] != winner:
                 kind.put(tx, rows[other.label][key][1])
                 report.add(f"{kind.name}_{other.label}_to_{side.label}", 1)
+            elif key in rewrite[side.label]:  # its own value, with the stamp clamped
+                kind.put(tx, rows[side.label][key][1])
             if key in tombs[side.label]:
                 tx.run("sync_kv_tombstone_drop", (kind.name, *key))
             tx.run("sync_kv_state_put", (kind.name, *key))
+
+
+    if written:
+        for side in (a, b):
+            clock = side.tx.one("sync_hlc", (kind.name,))
+            if clock is None or stamp(str(clock[0])) < written:
+                side.tx.run("sync_hlc_put", (kind.name, written))
+
+
+def _tick(moment: str) -> str:
+    """The stamp one microsecond after ``moment``."""
+    when = datetime.datetime.fromisoformat(stamp(moment).replace("Z", "+00:00"))
+    return (when + datetime.timedelta(microseconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _in_scope(kind: _Kind, key: Key, scopes: _Scopes) -> bool:
@@ -1009,9 +1185,16 @@ def _sync_sessions(a: _Side, b: _Side, scopes: _Scopes, report: _Report) -> None
     :func:`~flowdrop_local.rules.merge.merge_session` of the two rows, on both sides.
     Deleting a session is not synced (no API deletes one)."""
     held: dict[str, dict[str, tuple[Any, ...]]] = {}
+    ceiling = _ceiling(a, b)
     for side in (a, b):
         rows = side.tx.all("export_session")
         held[side.label] = {str(r[0]): tuple(r) for r in rows if ("session", r[0]) in scopes}
+    # A row updated "later" than the bound merges as updated at the bound (and is
+    # written so): a clock far ahead does not make every field of it win for ever.
+    stamped = {
+        label: {k: _clamp_row(row, 8, ceiling)[0] for k, row in rows_of.items()}
+        for label, rows_of in held.items()
+    }
     bases: dict[str, dict[str, tuple[Any, ...]]] = {
         side.label: {
             str(r[0]): tuple(json.loads(r[1])) for r in side.tx.all("sync_kv_state", ("session",))
@@ -1019,7 +1202,7 @@ def _sync_sessions(a: _Side, b: _Side, scopes: _Scopes, report: _Report) -> None
         for side in (a, b)
     }
     for session_id in sorted(set(held["a"]) | set(held["b"])):
-        x, y = held["a"].get(session_id), held["b"].get(session_id)
+        x, y = stamped["a"].get(session_id), stamped["b"].get(session_id)
         base = bases["a"].get(session_id)
         if base != bases["b"].get(session_id):
             base = None  # the two last synced apart: no common base
@@ -1353,6 +1536,15 @@ def _write(
     for e, _ in updates:
         if e.content_of:
             contents[e.id] = contents[e.content_of]
+    for e, source in [(e, source) for e, _, source in inserts] + updates:
+        problem = _placeholder_problem(e, contents[e.id][0])
+        if problem is not None:
+            raise SyncRefused(source.store.path, e.id, problem)
+    for e, position, _ in inserts:  # a key the merge made between a peer's keys
+        if len(position) > MAX_SYNC_POSITION:
+            raise SyncRefused(
+                side.store.path, e.id, f"would take a key of {len(position):,} characters"
+            )
     tx = side.tx
     if whole:
         tx.run("clear_ledger", (buffer_id,))  # no ledger while rows move: rebuilt below

@@ -105,9 +105,9 @@ def test_a_forgotten_replica_that_syncs_again_is_refused(tmp_path: Path) -> None
     again (each sync of everything retired it again), so a compacted later
     deletions without waiting for r, and r brought them back ("two", popped on a
     after r synced, was back on a and b). Now a store that retired a replica
-    refuses to sync with it (ReplicaRetired, nothing changes on either side), also
-    after the retirement was passed on to b; a fresh backup of a current store takes
-    its place."""
+    refuses to sync with it (ReplicaRetired, nothing changes on either side); b,
+    which did not retire it, still waits for it before compacting, so r syncing with
+    b brings nothing back; a fresh backup of a current store takes its place."""
     from flowdrop_local import ReplicaRetired
     from flowdrop_local.syncing import forget_peer, replica_id
 
@@ -126,16 +126,21 @@ def test_a_forgotten_replica_that_syncs_again_is_refused(tmp_path: Path) -> None
     with pytest.raises(ReplicaRetired, match="forget_peer"):
         sync(r, a, "all")
     a.buffer(*K).pop()
-    sync(a, b, "all")  # passes the retirement on to b
+    sync(a, b, "all")  # the retirement is a's own (issue 20: a peer's list is advice)
     sync(a, b, "all")
+    # b never retired r, so it still waits for r before compacting: r takes the
+    # deletion from b, and nothing comes back.
+    sync(b, r, "all")
+    sync(a, b, "all")
+    for store in (a, b, r):
+        assert texts(store)[:2] == [("user", "q"), ("assistant", "one")], store.path
+        assert ("assistant", "two") not in texts(store), store.path
     with pytest.raises(ReplicaRetired):
-        sync(b, r, "all")
-    for store in (a, b):
-        assert texts(store) == [("user", "q"), ("assistant", "one")], store.path
+        sync(r, a, "all")  # a still refuses it
     a.backup(str(tmp_path / "fresh.db"))  # what replaces r
     with Store(str(tmp_path / "fresh.db")) as fresh:
         assert sync(fresh, b, "all").moved == 0
-        assert texts(fresh) == [("user", "q"), ("assistant", "one")]
+        assert texts(fresh) == texts(b)  # r's own "three" came to a through b
 
 
 def test_a_removed_result_is_not_healed_before_the_merge_brings_another(

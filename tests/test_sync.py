@@ -280,7 +280,8 @@ def test_identity_scopes_move_only_when_named(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("scopes", "problem"),
     [
-        (["planet"], "unknown scope"),
+        (["User"], "not the identity scope"),
+        ([" chat"], "printable ASCII"),
         (["user:0"], "names no identity"),
         ([42], "SCOPE:ID"),
         (["all:x"], "takes no id"),
@@ -614,9 +615,9 @@ def test_cli_sync_json_and_dry_run(tmp_path: Path) -> None:
     again = runner.invoke(cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db")])
     assert again.exit_code == 0 and "in sync" in again.output
     bad = runner.invoke(
-        cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "--scope", "planet"]
+        cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "--scope", "User"]
     )
-    assert bad.exit_code == 2 and "unknown scope" in bad.output
+    assert bad.exit_code == 2 and "not the identity scope" in bad.output
 
 
 # ---------------------------------------------------------------------- memory
@@ -943,8 +944,13 @@ def test_tombstones_every_known_peer_received_are_compacted(tmp_path: Path) -> N
     report = sync(a, d, "all")
     assert (report.deleted_on_b, report.tombstones_compacted_on_a) == (1, 0)
     # b's mark of a's tombstones is a's number when the sync that found the deletion
-    # began (a mark never counts what its own sync numbered): one sync more.
-    assert sync(a, b, "all").tombstones_compacted_on_a == 1
+    # began (a mark never counts what its own sync numbered): one sync more; and a
+    # learns b's mark only from b, at the start of the sync after that (an
+    # acknowledgement is what the peer committed, never what was sent): two more.
+    assert sync(a, b, "all").tombstones_compacted_on_a == 0
+    assert sync(a, b, "all").tombstones_compacted_on_a == 0  # a now knows b has it
+    assert sync(a, c, "all").tombstones_compacted_on_a == 0  # and c; d's is not known yet
+    assert sync(a, d, "all").tombstones_compacted_on_a == 1  # every peer acknowledged it
     assert _tombstones(a) == []
     for x, y in [(c, b), (b, a), (a, c), (b, c), (d, b), (d, c)]:
         sync(x, y, "all")

@@ -1,0 +1,304 @@
+"""Sync v2 (issue 20): each promise a user's walk or the adversarial campaign broke.
+
+One section per item of the issue; each test failed before its fix.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from flowdrop_local import Store, sync
+from flowdrop_local.cli import cli
+from flowdrop_local.syncing import enable
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def pair(tmp_path: Path) -> tuple[Store, Store]:
+    a = Store(str(tmp_path / "a.db"))
+    enable(a)
+    a.backup(str(tmp_path / "b.db"))
+    return a, Store(str(tmp_path / "b.db"))
+
+
+def contents(store: Store) -> dict[tuple[str, str, str], list[tuple[str, Any]]]:
+    return {
+        (r.scope, r.scope_id, r.key): [
+            (m.role, m.content) for m in store.buffer(r.scope, r.scope_id, r.key).messages()
+        ]
+        for r in store.buffers()
+    }
+
+
+# ------------------------------------------------- 1. an application's own scopes
+
+
+def test_all_means_every_buffer_including_an_applications_scopes(tmp_path: Path) -> None:
+    a, b = pair(tmp_path)
+    a.buffer("chat", "ana", "k").append(user("from a"))
+    b.buffer("notes", "", "k").append(user("from b"))
+    report = sync(a, b, scopes="all")
+    assert report.sent_a_to_b == 1 and report.sent_b_to_a == 1
+    assert contents(a) == contents(b) == {
+        ("chat", "ana", "k"): [("user", "from a")],
+        ("notes", "", "k"): [("user", "from b")],
+    }
+    assert report.left_out == 0
+
+
+def test_the_default_covers_every_scope_but_the_identity_ones(tmp_path: Path) -> None:
+    a, b = pair(tmp_path)
+    a.buffer("chat", "ana", "k").append(user("an app's scope"))
+    a.buffer("user", "42", "k").append(user("an identity's"))
+    report = sync(a, b)
+    assert list(contents(b)) == [("chat", "ana", "k")]
+    assert (report.buffers_left_out_a, report.buffers_left_out_b) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    ("scope", "moved"),
+    [
+        ("chat", {("chat", "ana", "k"), ("chat", "bo", "k")}),
+        ("chat:ana", {("chat", "ana", "k")}),
+        (("chat", "ana"), {("chat", "ana", "k")}),
+    ],
+)
+def test_an_applications_scope_can_be_named(
+    tmp_path: Path, scope: object, moved: set[tuple[str, str, str]]
+) -> None:
+    a, b = pair(tmp_path)
+    for owner in ("ana", "bo"):
+        a.buffer("chat", owner, "k").append(user(f"{owner}'s"))
+    a.buffer("global", "", "k").append(user("global"))
+    report = sync(a, b, scopes=[scope])
+    assert set(contents(b)) == moved
+    assert report.buffers_left_out_a == 3 - len(moved)
+
+
+def test_the_cli_says_what_its_scopes_left_out(tmp_path: Path) -> None:
+    a, b = pair(tmp_path)
+    a.buffer("user", "42", "k").append(user("private"))
+    a.close()
+    b.close()
+    runner = CliRunner()
+    out = runner.invoke(cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db")])
+    assert out.exit_code == 0, out.output
+    assert "left out by the scopes: 1 buffer(s)" in out.output
+    out = runner.invoke(
+        cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "--scope", "all", "--full"]
+    )
+    assert out.exit_code == 0, out.output
+    assert "left out" not in out.output
+    out = runner.invoke(
+        cli, ["sync", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "--scope", "chat", "--json"]
+    )
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["left_out"] == 2  # user 42's buffer, on both sides now
+
+
+# -------------------------------- 3. a sync killed between its commits brings nothing back
+
+KILL_AT_SECOND_COMMIT = """
+import os, signal, sys
+from flowdrop_local import Store, sync
+first, last = Store(sys.argv[1]), Store(sys.argv[2])
+def trace(sql):  # the first-locked side's COMMIT: the other side has committed
+    if sql.strip().upper() == "COMMIT":
+        os.kill(os.getpid(), signal.SIGKILL)
+first.backend.connection().set_trace_callback(trace)
+sync(first, last, "all")
+"""
+
+
+def test_syncs_killed_between_their_commits_never_resurrect_a_deletion(tmp_path: Path) -> None:
+    """Two syncs of everything that each die between their two commits, then a normal
+    one: the message the committing side popped stays deleted on both (it used to
+    record the other side's receipt before that side committed, then compact)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from flowdrop_local.syncing import replica_id
+
+    a, b = pair(tmp_path)
+    address = ("global", "", "k")
+    a.buffer(*address).append([user("q"), {"role": "assistant", "content": "doomed"}])
+    sync(a, b, "all")
+    # sync locks in replica-id order and commits the last-locked side first
+    first, last = sorted([a, b], key=lambda s: str(replica_id(s)))
+    last.buffer(*address).pop()
+    paths = (first.path, last.path)
+    first.close()
+    last.close()
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", KILL_AT_SECOND_COMMIT, *paths], env=env, timeout=120
+        )
+        assert done.returncode == -signal.SIGKILL
+    first, last = Store(paths[0]), Store(paths[1])
+    assert contents(first)[address][-1] == ("assistant", "doomed")  # rolled back each time
+    sync(first, last, "all")
+    sync(first, last, "all")
+    for store in (first, last):
+        assert contents(store)[address] == [("user", "q")], store.path
+        assert store.check() == []
+
+
+# ------------------------------------------------------------ 8. a peer is untrusted input
+
+
+def _tamper(path: str, sql: str, *params: object) -> None:
+    """Change a store's file behind the library, as a hostile peer's owner could."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(sql, params)
+    conn.close()
+
+
+def _rekey_last(path: str, position: str) -> None:
+    """Give a buffer's last message another position key (deleted and put back)."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    cols = "buffer_id, position, id, role, content, content_parts, metadata, created_at, tally"
+    with conn:
+        row = conn.execute(f"SELECT {cols} FROM messages ORDER BY position DESC LIMIT 1").fetchone()
+        conn.execute("DELETE FROM messages WHERE id = ?", (row[2],))
+        conn.execute(
+            f"INSERT INTO messages ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (row[0], position, *row[2:]),
+        )
+    conn.close()
+
+
+def _everything(store: Store) -> object:
+    from .conftest import snapshot
+
+    return snapshot(store.path)
+
+
+@pytest.mark.parametrize(
+    ("position", "problem"),
+    [
+        ("b0", "malformed position key"),
+        ("zz", "malformed position key"),
+        ("a1" + "V" * 4000, "position key of 4,002 characters"),
+    ],
+)
+def test_a_peers_bad_position_key_is_refused(tmp_path: Path, position: str, problem: str) -> None:
+    from flowdrop_local import SyncRefused
+
+    a, b = pair(tmp_path)
+    b.buffer("global", "", "k").append(user("from b"))
+    b.close()
+    _rekey_last(b.path, position)
+    b = Store(b.path)
+    before = (_everything(a), _everything(b))
+    with pytest.raises(SyncRefused, match=problem):
+        sync(a, b)
+    assert (_everything(a), _everything(b)) == before
+    a.buffer("global", "", "k2").append(user("a still appends"))
+
+
+def test_a_forged_healed_mark_on_a_real_result_is_refused(tmp_path: Path) -> None:
+    from flowdrop_local import SyncRefused
+
+    a, b = pair(tmp_path)
+    b.buffer("global", "", "k").append(
+        [
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1"}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "the real result"},
+        ]
+    )
+    b.close()
+    _tamper(
+        b.path,
+        "UPDATE messages SET metadata = json_set(metadata, '$.healed', json('true')) "
+        "WHERE role = 'tool'",
+    )
+    b = Store(b.path)
+    before = (_everything(a), _everything(b))
+    with pytest.raises(SyncRefused, match="marked healed but is no placeholder"):
+        sync(a, b)
+    assert (_everything(a), _everything(b)) == before
+    assert a.check() == []
+
+
+def test_a_tombstone_deletes_only_what_the_receiver_holds_in_the_synced_scopes(
+    tmp_path: Path,
+) -> None:
+    """A peer that syncs only the default scopes names a user's message id in a global
+    tombstone. The receiver judges the tombstone by its own row (a user buffer) and
+    neither deletes the message nor keeps the tombstone, so a later sync of
+    everything with a third copy deletes it nowhere."""
+    a, evil = pair(tmp_path)
+    a.backup(str(tmp_path / "c.db"))
+    c = Store(str(tmp_path / "c.db"))
+    private = a.buffer("user", "42", "notes").append(user("mine")).message_ids[0]
+    sync(a, c, "all")
+    evil.close()
+    _tamper(
+        evil.path,
+        "INSERT INTO flowdrop_sync_tombstones (id, scope, scope_id, key, seq, deleted_at) "
+        "VALUES (?, 'global', '', 'k', (SELECT coalesce(max(seq), 0) + 1 FROM "
+        "flowdrop_sync_tombstones), '2026-01-01T00:00:00.000Z')",
+        private,
+    )
+    evil = Store(evil.path)
+    report = sync(a, evil)  # the default scopes: global, not user
+    sync(a, c, "all")
+    sync(c, a, "all")
+    for store in (a, c):
+        assert [m.content for m in store.buffer("user", "42", "notes").messages()] == ["mine"]
+    assert report.tombstones_refused == 1
+
+
+def test_a_forged_retirement_does_not_cut_honest_replicas_apart(tmp_path: Path) -> None:
+    from flowdrop_local.syncing import peers, replica_id
+
+    a, b = pair(tmp_path)
+    b.backup(str(tmp_path / "c.db"))
+    c = Store(str(tmp_path / "c.db"))
+    sync(a, c, "all")
+    evil = Store(str(tmp_path / "evil.db"))
+    enable(evil)
+    evil.close()
+    _tamper(evil.path, "INSERT INTO flowdrop_sync_retired (peer) VALUES (?)", replica_id(c))
+    evil = Store(evil.path)
+    sync(a, evil, "all")
+    assert replica_id(c) in peers(a)
+    a.buffer("global", "", "k").append(user("still friends"))
+    sync(a, c, "all")  # no ReplicaRetired
+    assert ("global", "", "k") in contents(c)
+
+
+def test_a_stamp_far_ahead_does_not_win_for_ever(tmp_path: Path) -> None:
+    """A viewer grant stamped in the year 9999 on a peer: a revoke made after the
+    sync still wins (stamps are clamped to the stores' clocks plus the bound)."""
+    from flowdrop_local.access import Principal
+
+    a, b = pair(tmp_path)
+    admin = Principal("owner", admin=True)
+    session = a.sessions(admin).create(workflow_id="w", name="s")
+    sync(a, b, "all")
+    b.sessions(admin).grant(session.id, "eve")
+    b.close()
+    _tamper(b.path, "UPDATE session_viewers SET granted_at = '9999-12-31T00:00:00.000Z'")
+    b = Store(b.path)
+    sync(a, b, "all")
+    assert "eve" in a.sessions(admin).viewers(session.id)
+    a.sessions(admin).revoke(session.id, "eve")
+    sync(a, b, "all")
+    for store in (a, b):
+        assert "eve" not in store.sessions(admin).viewers(session.id), store.path
