@@ -94,6 +94,70 @@ SYNC_TABLES: tuple[str, ...] = (
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_hlc (kind TEXT PRIMARY KEY, stamp TEXT NOT NULL)",
 )
 
+# Deletions are recorded when they happen (issue 20): on a store that syncs, every
+# message deleted outside a sync gets its tombstone in the deleting transaction,
+# numbered with the store's next change number. SQLite: TEMP triggers each
+# connection of a syncing store makes (sqlite_temp_master, so the schema check of
+# the file is unaffected; a writer behind the library has none, and the sync's
+# comparison with what a buffer held still finds its deletions). A sync's own
+# moves and removals are quiet (a row in temp.flowdrop_sync_quiet, rolled back
+# with the sync). A buffer's row is gone before its cascade deletes its messages:
+# the buffer's trigger records them first.
+_NEXT_SEQ = (
+    "(SELECT coalesce(max(n), 0) FROM (SELECT max(seq) AS n FROM flowdrop_sync_tombstones "
+    "UNION ALL SELECT max(acked) FROM flowdrop_sync_acks))"
+)
+SQLITE_DELETE_TRIGGERS: tuple[str, ...] = (
+    "CREATE TEMP TABLE IF NOT EXISTS flowdrop_sync_quiet (on_ INTEGER)",
+    "CREATE TEMP TRIGGER IF NOT EXISTS flowdrop_sync_message_deleted "
+    "AFTER DELETE ON main.messages "
+    "WHEN NOT EXISTS (SELECT 1 FROM flowdrop_sync_quiet) "
+    "AND EXISTS (SELECT 1 FROM flowdrop_sync_replica) BEGIN "
+    "INSERT OR IGNORE INTO flowdrop_sync_tombstones (id, scope, scope_id, key, seq, deleted_at) "
+    f"SELECT id_text(OLD.id), b.scope, b.scope_id, b.key, {_NEXT_SEQ} + 1, "
+    "strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM buffers AS b WHERE b.id = OLD.buffer_id; END",
+    "CREATE TEMP TRIGGER IF NOT EXISTS flowdrop_sync_buffer_deleted "
+    "BEFORE DELETE ON main.buffers "
+    "WHEN NOT EXISTS (SELECT 1 FROM flowdrop_sync_quiet) "
+    "AND EXISTS (SELECT 1 FROM flowdrop_sync_replica) BEGIN "
+    "INSERT OR IGNORE INTO flowdrop_sync_tombstones (id, scope, scope_id, key, seq, deleted_at) "
+    f"SELECT id_text(m.id), OLD.scope, OLD.scope_id, OLD.key, {_NEXT_SEQ} "
+    "+ row_number() OVER (ORDER BY m.position), strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
+    "FROM messages AS m WHERE m.buffer_id = OLD.id; END",
+)
+# PostgreSQL: the same as persistent triggers, made with sync's tables; the quiet
+# flag is a transaction-local setting, and the change numbers are taken under a
+# transaction-level advisory lock (held to the commit, so numbers commit in
+# order: a sync taking the same lock never reads past a number still in flight).
+PG_SEQ_LOCK = "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.flowdrop_sync_seq'))"
+PG_DELETE_TRIGGERS: tuple[str, ...] = (
+    "CREATE OR REPLACE FUNCTION flowdrop_sync_message_deleted() RETURNS trigger "
+    "LANGUAGE plpgsql AS $$ BEGIN "
+    "IF coalesce(current_setting('flowdrop.sync_quiet', true), '') = 'on' THEN RETURN NULL; "
+    "END IF; "
+    "IF NOT EXISTS (SELECT 1 FROM flowdrop_sync_replica) THEN RETURN NULL; END IF; "
+    "PERFORM pg_advisory_xact_lock(hashtext(current_schema() || '.flowdrop_sync_seq')); "
+    "INSERT INTO flowdrop_sync_tombstones (id, scope, scope_id, key, seq, deleted_at) "
+    f"SELECT OLD.id, b.scope, b.scope_id, b.key, {_NEXT_SEQ} + 1, flowdrop_now() "
+    "FROM buffers AS b WHERE b.id = OLD.buffer_id ON CONFLICT (id) DO NOTHING; "
+    "RETURN NULL; END $$",
+    "CREATE OR REPLACE FUNCTION flowdrop_sync_buffer_deleted() RETURNS trigger "
+    "LANGUAGE plpgsql AS $$ BEGIN "
+    "IF coalesce(current_setting('flowdrop.sync_quiet', true), '') = 'on' THEN RETURN OLD; "
+    "END IF; "
+    "IF NOT EXISTS (SELECT 1 FROM flowdrop_sync_replica) THEN RETURN OLD; END IF; "
+    "PERFORM pg_advisory_xact_lock(hashtext(current_schema() || '.flowdrop_sync_seq')); "
+    "INSERT INTO flowdrop_sync_tombstones (id, scope, scope_id, key, seq, deleted_at) "
+    f"SELECT m.id, OLD.scope, OLD.scope_id, OLD.key, {_NEXT_SEQ} "
+    "+ row_number() OVER (ORDER BY m.position), flowdrop_now() "
+    "FROM messages AS m WHERE m.buffer_id = OLD.id ON CONFLICT (id) DO NOTHING; "
+    "RETURN OLD; END $$",
+    "CREATE OR REPLACE TRIGGER flowdrop_sync_message_deleted AFTER DELETE ON messages "
+    "FOR EACH ROW EXECUTE FUNCTION flowdrop_sync_message_deleted()",
+    "CREATE OR REPLACE TRIGGER flowdrop_sync_buffer_deleted BEFORE DELETE ON buffers "
+    "FOR EACH ROW EXECUTE FUNCTION flowdrop_sync_buffer_deleted()",
+)
+
 SYNC_COMMON: dict[str, str] = {
     "sync_replica": "SELECT id FROM flowdrop_sync_replica",
     "sync_replica_put": "INSERT INTO flowdrop_sync_replica (id, created_at) VALUES (?, ?)",
@@ -166,9 +230,7 @@ SYNC_COMMON: dict[str, str] = {
     ),
     # How many memory values and grants there are, and the latest local write.
     "sync_kv_shape_memory": "SELECT count(*), coalesce(max(updated_at), '') FROM memory",
-    "sync_kv_shape_viewer": (
-        "SELECT count(*), coalesce(max(granted_at), '') FROM session_viewers"
-    ),
+    "sync_kv_shape_viewer": ("SELECT count(*), coalesce(max(granted_at), '') FROM session_viewers"),
     "sync_peers_all": "SELECT peer FROM flowdrop_sync_peers",
     "sync_peer_forget": "DELETE FROM flowdrop_sync_peers WHERE peer = ?",
     "sync_ack_forget": "DELETE FROM flowdrop_sync_acks WHERE peer = ?",
@@ -181,7 +243,6 @@ SYNC_COMMON: dict[str, str] = {
         "WHERE NOT EXISTS (SELECT 1 FROM flowdrop_sync_retired WHERE peer = ?) "
         "ON CONFLICT (peer) DO NOTHING"
     ),
-
     "sync_move_put": (
         "INSERT INTO flowdrop_sync_moves (id, position, generation) VALUES (?, ?, ?) "
         "ON CONFLICT (id) DO UPDATE SET position = excluded.position, "

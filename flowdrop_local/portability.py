@@ -187,8 +187,15 @@ FORMAT_VERSION: Final = 2
 # (record kind, its fields in the order of the export_<kind>s statement's columns)
 _SIDE_FIELDS: Final = {
     "session": (
-        "id", "workflow_id", "name", "owner_id", "status", "conversation", "metadata",
-        "created_at", "updated_at",
+        "id",
+        "workflow_id",
+        "name",
+        "owner_id",
+        "status",
+        "conversation",
+        "metadata",
+        "created_at",
+        "updated_at",
     ),
     "viewer": ("session_id", "user_id", "granted_at"),
     "memory": ("scope", "scope_id", "key", "value", "created_at", "updated_at"),
@@ -346,6 +353,7 @@ class _Importer:
         self.db = db
         self.tx = tx
         self.replace = replace
+        self.syncs = bool(replace and tx.one("sync_tables")[0])
         self.runs: dict[tuple[str, str, str], _Run] = {}  # resolved address -> its run
         self.run: _Run | None = None
         self.buffer: Buffer | None = None
@@ -594,6 +602,10 @@ class _Importer:
                 f"{'/'.join(run.address)}: {error}",
             ) from None
         run.buffer_id = self.buffer.existing_id(self.tx)
+        if self.syncs and result.message_ids:
+            # A message --replace deleted and this import brings back (its id) was
+            # not deleted: the tombstone its deletion recorded goes (offline sync).
+            self.tx.run("sync_untombstone", (list(result.message_ids),))
         self.imported += result.appended
         self.healed += len(result.healed_ids)
         self.dropped += result.dropped

@@ -52,7 +52,7 @@ from typing import Any, Final
 
 import attrs
 
-from ._sync_sql import SYNC_TABLES
+from ._sync_sql import PG_DELETE_TRIGGERS, SQLITE_DELETE_TRIGGERS, SYNC_TABLES
 from .access import IDENTITY_SCOPES, resolve_address
 from .backends.base import Tx
 from .engine import drive, heal, remove_message
@@ -288,10 +288,21 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _ensure_tables(tx: Tx) -> str:
-    """Make sync's tables if missing; return the replica id (made on first use)."""
-    for index in range(len(SYNC_TABLES)):  # IF NOT EXISTS: a store synced before
-        tx.run(f"sync_create_{index}")  # a table was added gets it now
+def _ensure_tables(tx: Tx, store: Store) -> str:
+    """Make sync's tables and the triggers that record deletions if missing (no DDL
+    at all once they are there: concurrent syncs on PostgreSQL would deadlock on
+    it); return the replica id (made on first use)."""
+    current = tx.one("sync_tables")[0] and tx.one("sync_schema_current")[0] == 2
+    if not current:
+        if store.backend.kind == "postgresql":  # one first sync at a time makes them
+            tx.script(
+                "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.flowdrop_sync_ddl'))"
+            )
+        for index in range(len(SYNC_TABLES)):  # IF NOT EXISTS: a store synced before
+            tx.run(f"sync_create_{index}")  # a table was added gets it now
+        postgresql = store.backend.kind == "postgresql"
+        for ddl in PG_DELETE_TRIGGERS if postgresql else SQLITE_DELETE_TRIGGERS:
+            tx.script(ddl)
     row = tx.one("sync_replica")
     if row is not None:
         return str(row[0])
@@ -313,9 +324,9 @@ def new_replica(store: Store) -> str:
     """Give ``store`` a new replica id: the fix for a file copied by hand
     (:class:`ReplicaConflict`). Its sync state is kept. Returns the new id."""
     with store.backend.write() as tx:
-        _ensure_tables(tx)
+        _ensure_tables(tx, store)
         tx.run("sync_replica_drop")
-        return _ensure_tables(tx)
+        return _ensure_tables(tx, store)
 
 
 def peers(store: Store) -> list[str]:
@@ -338,7 +349,7 @@ def forget_peer(store: Store, replica: str) -> bool:
     with store.backend.write() as tx:
         if not tx.one("sync_tables")[0]:
             return False
-        _ensure_tables(tx)
+        _ensure_tables(tx, store)
         return _retire(tx, replica)
 
 
@@ -354,7 +365,7 @@ def enable(store: Store) -> str:
     first sync or ``enable`` is not known as deleted; so enable a store before copying
     it (``backup``) for another device. Returns the replica id."""
     with store.backend.write() as tx:
-        replica = _ensure_tables(tx)
+        replica = _ensure_tables(tx, store)
         everything = _Scopes(["all"])
         known = {(r[0], r[1], r[2]) for r in tx.all("sync_state_all")}
         summaries = {(r[0], r[1], r[2]): _summary(r) for r in tx.all("sync_candidates", ("",))}
@@ -557,6 +568,10 @@ class _Side:
         self.store = store
         self.tx = tx
         self.replica = replica
+        # Deletions made meanwhile are numbered after this sync (PostgreSQL: the
+        # lock the deletion triggers take); this sync's own are not recorded by them.
+        tx.one("sync_seq_lock")
+        tx.run("sync_quiet")
         self.seq: int = tx.one("sync_last_seq")[0]
         self.first_seq = self.seq  # at the start of this sync
         self.now = str(tx.one("sync_now")[0])  # this store's clock: the next mark
@@ -749,7 +764,7 @@ def sync(
             sides: dict[str, _Side] = {}
             for label, store in order:
                 tx = stack.enter_context(store.backend.write())
-                sides[label] = _Side(label, store, tx, _ensure_tables(tx))
+                sides[label] = _Side(label, store, tx, _ensure_tables(tx, store))
             for side, other in ((sides["a"], sides["b"]), (sides["b"], sides["a"])):
                 if other.replica in {str(r[0]) for r in side.tx.all("sync_retired_all")}:
                     raise ReplicaRetired(
@@ -901,7 +916,10 @@ def _run(
                 continue
             present = {e.id for e in view.entries}
             gone += [(id_, address) for id_ in view.held() if id_ not in present]
-        side.tombstone(gone)
+        # (the library recorded its own deletions when they happened: these are
+        # a writer's behind it)
+        dead = side.tombstoned([id_ for id_, _ in gone])
+        side.tombstone([item for item in gone if item[0] not in dead])
     # 2. Tombstones travel; each side deletes what the other deleted.
     touched: set[Address] = set()
     for source, target in ((a, b), (b, a)):
@@ -998,6 +1016,8 @@ def _run(
             for (peer,) in other.tx.all("sync_peers_all"):
                 if peer != side.replica and str(peer) not in retired:
                     side.tx.run("sync_peer_adopt", (peer, now, peer))
+    for side in sides:  # the quiet mark goes before the commit (SQLite keeps it)
+        side.tx.run("sync_loud")
     report.add("buffers_read", a.buffers_read + b.buffers_read)
     report.add("rows_read", a.rows_read + b.rows_read)
     # 6. The marks of this pair: both now hold the same buffers (in these scopes).
@@ -1161,7 +1181,6 @@ def _sync_registers(a: _Side, b: _Side, kind: _Kind, scopes: _Scopes, report: _R
             if key in tombs[side.label]:
                 tx.run("sync_kv_tombstone_drop", (kind.name, *key))
             tx.run("sync_kv_state_put", (kind.name, *key))
-
 
     if written:
         for side in (a, b):

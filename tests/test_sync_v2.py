@@ -46,10 +46,14 @@ def test_all_means_every_buffer_including_an_applications_scopes(tmp_path: Path)
     b.buffer("notes", "", "k").append(user("from b"))
     report = sync(a, b, scopes="all")
     assert report.sent_a_to_b == 1 and report.sent_b_to_a == 1
-    assert contents(a) == contents(b) == {
-        ("chat", "ana", "k"): [("user", "from a")],
-        ("notes", "", "k"): [("user", "from b")],
-    }
+    assert (
+        contents(a)
+        == contents(b)
+        == {
+            ("chat", "ana", "k"): [("user", "from a")],
+            ("notes", "", "k"): [("user", "from b")],
+        }
+    )
     assert report.left_out == 0
 
 
@@ -101,6 +105,102 @@ def test_the_cli_says_what_its_scopes_left_out(tmp_path: Path) -> None:
     )
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["left_out"] == 2  # user 42's buffer, on both sides now
+
+
+# ------------------------------------- 3. deletions are recorded when they happen
+
+ADDRESS = ("global", "", "k")
+
+
+def _pop(store: Store, late: str) -> None:
+    store.buffer(*ADDRESS).pop()
+
+
+def _remove(store: Store, late: str) -> None:
+    from flowdrop_local import engine
+
+    with store.backend.write() as tx:
+        assert engine.drive(engine.remove_message(late), tx)
+
+
+def _window(store: Store, late: str) -> None:
+    """A window of one evicts the oldest (late among them)."""
+    store.buffer(*ADDRESS, window=1).append(user("evicts it"))
+
+
+def _clear(store: Store, late: str) -> None:
+    store.buffer(*ADDRESS).clear()
+
+
+def _delete_buffer(store: Store, late: str) -> None:
+    store.buffer(*ADDRESS).delete()
+
+
+def _import_replace(store: Store, late: str) -> None:
+    kept = [r for r in store.export() if r["id"] != late]
+    store.import_records(kept, replace=True)
+
+
+DELETE_PATHS = [_pop, _remove, _window, _clear, _delete_buffer, _import_replace]
+
+
+@pytest.mark.parametrize("delete", DELETE_PATHS, ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("where", ["original", "copy"])
+def test_a_message_written_after_the_last_sync_and_backed_up_can_be_deleted(
+    tmp_path: Path, delete: Any, where: str
+) -> None:
+    """Written after enable, copied with backup, deleted on one copy by any path:
+    the next sync deletes it on the other too (it used to restore it on both, as the
+    deletion was inferred from what the buffer held at the last sync)."""
+    a = Store(str(tmp_path / "a.db"))
+    a.buffer(*ADDRESS).append(user("written before enable"))
+    enable(a)
+    late = a.buffer(*ADDRESS).append(user("written after enable")).message_ids[0]
+    a.backup(str(tmp_path / "b.db"))
+    b = Store(str(tmp_path / "b.db"))
+    delete(a if where == "original" else b, late)
+    sync(a, b, "all")
+    sync(a, b, "all")
+    for store in (a, b):
+        held = [m.id for m in store.buffer(*ADDRESS).messages()]
+        assert late not in held, store.path
+        assert store.check() == []
+
+
+def test_a_deletion_is_recorded_in_the_deleting_transaction(tmp_path: Path) -> None:
+    """A pop on a store that syncs writes its tombstone with it (no sync needed), and
+    a store that never synced has no sync tables at all."""
+    import sqlite3
+
+    a = Store(str(tmp_path / "a.db"))
+    a.buffer(*ADDRESS).append([user("q"), user("gone")])
+    enable(a)
+    gone = a.buffer(*ADDRESS).messages()[-1].id
+    a.buffer(*ADDRESS).pop()
+    conn = sqlite3.connect(a.path)
+    assert conn.execute("SELECT id FROM flowdrop_sync_tombstones").fetchall() == [(gone,)]
+    plain = Store(str(tmp_path / "plain.db"))
+    plain.buffer(*ADDRESS).append([user("q"), user("r")])
+    plain.buffer(*ADDRESS).pop()
+    conn = sqlite3.connect(plain.path)
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert not any(name.startswith("flowdrop_sync") for name in names)
+
+
+def test_postgresql_records_deletions_when_they_happen(tmp_path: Path, postgresql_url: str) -> None:
+    """The same on PostgreSQL (persistent triggers), through a sync with SQLite."""
+    server = Store(postgresql_url)
+    enable(server)
+    late = server.buffer(*ADDRESS).append(user("on the server")).message_ids[0]
+    laptop = Store(str(tmp_path / "laptop.db"))
+    sync(server, laptop, "all")
+    server.buffer(*ADDRESS).append(user("after the sync"))
+    server.buffer(*ADDRESS).pop()  # "after the sync"
+    _remove(server, late)
+    assert server.check() == []
+    sync(server, laptop, "all")
+    assert contents(laptop).get(ADDRESS, []) == []
+    server.close()
 
 
 # -------------------------------- 3. a sync killed between its commits brings nothing back

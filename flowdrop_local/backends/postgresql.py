@@ -43,7 +43,7 @@ except ImportError as missing:  # pragma: no cover - depends on the install
         "pip install 'flowdrop-local[postgresql]'"
     ) from missing
 
-from .._sync_sql import SYNC_COMMON, SYNC_TABLES
+from .._sync_sql import PG_DELETE_TRIGGERS, PG_SEQ_LOCK, SYNC_COMMON, SYNC_TABLES
 from ..check import Violation, check_rows
 from ..engine import BufferState
 from ..errors import (
@@ -374,6 +374,17 @@ SQL: dict[str, str] = {
     ),
     "sync_contents": "SELECT id, content, content_parts FROM messages WHERE id = ANY(%s)",
     **{name: sql.replace("?", "%s") for name, sql in SYNC_COMMON.items()},
+    "sync_schema_current": (
+        "SELECT (SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() "
+        "AND tablename = 'flowdrop_sync_hlc') + (SELECT count(*) FROM pg_trigger AS t "
+        "JOIN pg_class AS c ON c.oid = t.tgrelid "
+        "WHERE c.relnamespace = current_schema()::regnamespace "
+        "AND t.tgname = 'flowdrop_sync_buffer_deleted')"
+    ),
+    "sync_quiet": "SELECT set_config('flowdrop.sync_quiet', 'on', true)",
+    "sync_loud": "SELECT set_config('flowdrop.sync_quiet', '', true)",
+    "sync_seq_lock": PG_SEQ_LOCK,
+    "sync_untombstone": "DELETE FROM flowdrop_sync_tombstones WHERE id = ANY(%s)",
     # ------------------------------------------------ conversations (issue 13)
     "buffer_info": (
         "SELECT b.title, b.metadata, b.created_at, b.updated_at, "
@@ -1060,7 +1071,12 @@ def schema_violations_of(triggers: set[str], indexes: set[str]) -> list[Violatio
     if triggers & search:
         for name in sorted(search - triggers):
             found.append(Violation("schema", f"trigger {name} of the search index is missing"))
-    for kind, present in (("trigger", triggers - search), ("index", indexes)):
+    # Offline sync's, which record deletions, once a sync made them (_sync_sql.py).
+    synced = frozenset(re.findall(r"OR REPLACE TRIGGER (\w+)", " ".join(PG_DELETE_TRIGGERS)))
+    if triggers & synced:
+        for name in sorted(synced - triggers):
+            found.append(Violation("schema", f"trigger {name} of offline sync is missing"))
+    for kind, present in (("trigger", triggers - search - synced), ("index", indexes)):
         for name in sorted(_declared(kind) - present):
             found.append(Violation("schema", f"{kind} {name} is missing"))
         for name in sorted(present - _declared(kind)):

@@ -37,7 +37,13 @@ from typing import Any
 from .. import _files
 from .._ids import id_blob, id_text
 from .._schema import prepare
-from .._sync_sql import SYNC_COMMON, SYNC_TABLES, adopt_copy, content_md5
+from .._sync_sql import (
+    SQLITE_DELETE_TRIGGERS,
+    SYNC_COMMON,
+    SYNC_TABLES,
+    adopt_copy,
+    content_md5,
+)
 from ..check import Violation, check_database
 from ..engine import BufferState, new_message_id_bytes
 from ..errors import (
@@ -385,6 +391,20 @@ SQL: dict[str, str] = {
         "WHERE id IN (SELECT id_blob(value) FROM json_each(?))"
     ),
     **SYNC_COMMON,
+    # Whether this connection is ready for sync: its tables (the newest one), and
+    # the TEMP triggers that record deletions (_sync_sql.SQLITE_DELETE_TRIGGERS).
+    "sync_schema_current": (
+        "SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'table' "
+        "AND name = 'flowdrop_sync_hlc') + (SELECT count(*) FROM sqlite_temp_master "
+        "WHERE type = 'trigger' AND name = 'flowdrop_sync_buffer_deleted')"
+    ),
+    "sync_quiet": "INSERT INTO flowdrop_sync_quiet (on_) VALUES (1)",
+    "sync_loud": "DELETE FROM flowdrop_sync_quiet",
+    # SQLite takes one writer at a time: change numbers are taken in commit order.
+    "sync_seq_lock": "SELECT 1",
+    "sync_untombstone": (
+        "DELETE FROM flowdrop_sync_tombstones WHERE id IN (SELECT value FROM json_each(?))"
+    ),
     # INDEXED BY, as for unanswered_calls: the buffer's unanswered calls, not its ledger.
     "sync_drop_unanswered": (
         "DELETE FROM tool_calls INDEXED BY tool_calls_unanswered "
@@ -487,6 +507,7 @@ _JSON_ARRAY_PARAMS = frozenset(
         "sync_tombstones_held",
         "sync_versions_of",
         "sync_moves_of",
+        "sync_untombstone",
     }
 )
 _EXPORT_CHUNK = 500  # rows an export fetches at a time
@@ -528,6 +549,8 @@ class _SqliteTx(Tx):
         return self.conn.execute(SQL[statement], params).fetchall()
 
     def run(self, statement: str, params: Any = ()) -> int:
+        if statement in _JSON_ARRAY_PARAMS:
+            params = _json_arrays(params)
         return self.conn.execute(SQL[statement], params).rowcount
 
     def write(self, statement: str, params: Any = ()) -> None:
@@ -690,6 +713,9 @@ class SqliteBackend(Backend):
         try:
             journal_mode = prepare(conn, path, create=create)
             self._configure(conn, journal_mode)
+            if not self.read_only and conn.execute(SQL["sync_tables"]).fetchone()[0]:
+                for ddl in SQLITE_DELETE_TRIGGERS:  # a store that syncs records deletions
+                    conn.execute(ddl)
         except BaseException as error:
             conn.close()
             if self.created:  # a failed open leaves no file behind that it made
