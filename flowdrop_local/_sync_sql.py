@@ -29,6 +29,9 @@ touches them.
 * ``flowdrop_sync_retired``: peers :func:`~flowdrop_local.syncing.forget_peer`
   retired here (never passed on): compaction no longer waits for them, and this
   store never learns them as peers again.
+* ``flowdrop_sync_conversations``: per buffer address, when its title or metadata
+  last changed here, or (``deleted``) when the buffer was deleted: a conversation's
+  name and existence sync by last writer wins (recorded by the triggers below).
 * ``flowdrop_sync_hlc``: per kind of keyed value, the latest stamp a sync wrote
   here: a deletion a later sync finds is stamped after it (a hybrid logical clock),
   so a value synced with a stamp ahead of the clock cannot outlive its deletion.
@@ -92,6 +95,9 @@ SYNC_TABLES: tuple[str, ...] = (
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_moves (id TEXT PRIMARY KEY, "
     "position TEXT NOT NULL, generation BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_hlc (kind TEXT PRIMARY KEY, stamp TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_conversations (scope TEXT NOT NULL, "
+    "scope_id TEXT NOT NULL, key TEXT NOT NULL, stamp TEXT NOT NULL, "
+    "deleted INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (scope, scope_id, key))",
 )
 
 # Deletions are recorded when they happen (issue 20): on a store that syncs, every
@@ -106,6 +112,13 @@ SYNC_TABLES: tuple[str, ...] = (
 _NEXT_SEQ = (
     "(SELECT coalesce(max(n), 0) FROM (SELECT max(seq) AS n FROM flowdrop_sync_tombstones "
     "UNION ALL SELECT max(acked) FROM flowdrop_sync_acks))"
+)
+_SQLITE_NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+_CONVERSATION_PUT = (
+    "INSERT INTO flowdrop_sync_conversations (scope, scope_id, key, stamp, deleted) "
+    "VALUES ({a}.scope, {a}.scope_id, {a}.key, {now}, {deleted}) "
+    "ON CONFLICT (scope, scope_id, key) DO UPDATE SET stamp = excluded.stamp, "
+    "deleted = excluded.deleted"
 )
 SQLITE_DELETE_TRIGGERS: tuple[str, ...] = (
     "CREATE TEMP TABLE IF NOT EXISTS flowdrop_sync_quiet (on_ INTEGER)",
@@ -123,7 +136,19 @@ SQLITE_DELETE_TRIGGERS: tuple[str, ...] = (
     "INSERT OR IGNORE INTO flowdrop_sync_tombstones (id, scope, scope_id, key, seq, deleted_at) "
     f"SELECT id_text(m.id), OLD.scope, OLD.scope_id, OLD.key, {_NEXT_SEQ} "
     "+ row_number() OVER (ORDER BY m.position), strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
-    "FROM messages AS m WHERE m.buffer_id = OLD.id; END",
+    "FROM messages AS m WHERE m.buffer_id = OLD.id; "
+    f"{_CONVERSATION_PUT.format(a='OLD', now=_SQLITE_NOW, deleted=1)}; END",
+    "CREATE TEMP TRIGGER IF NOT EXISTS flowdrop_sync_conversation_named "
+    "AFTER UPDATE OF title, metadata ON main.buffers "
+    "WHEN NOT EXISTS (SELECT 1 FROM flowdrop_sync_quiet) "
+    "AND EXISTS (SELECT 1 FROM flowdrop_sync_replica) "
+    "AND (OLD.title IS NOT NEW.title OR OLD.metadata IS NOT NEW.metadata) BEGIN "
+    f"{_CONVERSATION_PUT.format(a='NEW', now=_SQLITE_NOW, deleted=0)}; END",
+    "CREATE TEMP TRIGGER IF NOT EXISTS flowdrop_sync_conversation_made "
+    "AFTER INSERT ON main.buffers "
+    "WHEN NOT EXISTS (SELECT 1 FROM flowdrop_sync_quiet) BEGIN "
+    f"UPDATE flowdrop_sync_conversations SET deleted = 0, stamp = {_SQLITE_NOW} "
+    "WHERE scope = NEW.scope AND scope_id = NEW.scope_id AND key = NEW.key AND deleted = 1; END",
 )
 # PostgreSQL: the same as persistent triggers, made with sync's tables; the quiet
 # flag is a transaction-local setting, and the change numbers are taken under a
@@ -151,7 +176,22 @@ PG_DELETE_TRIGGERS: tuple[str, ...] = (
     f"SELECT m.id, OLD.scope, OLD.scope_id, OLD.key, {_NEXT_SEQ} "
     "+ row_number() OVER (ORDER BY m.position), flowdrop_now() "
     "FROM messages AS m WHERE m.buffer_id = OLD.id ON CONFLICT (id) DO NOTHING; "
+    f"{_CONVERSATION_PUT.format(a='OLD', now='flowdrop_now()', deleted=1)}; "
     "RETURN OLD; END $$",
+    "CREATE OR REPLACE FUNCTION flowdrop_sync_conversation_changed() RETURNS trigger "
+    "LANGUAGE plpgsql AS $$ BEGIN "
+    "IF coalesce(current_setting('flowdrop.sync_quiet', true), '') = 'on' THEN RETURN NULL; "
+    "END IF; "
+    "IF NOT EXISTS (SELECT 1 FROM flowdrop_sync_replica) THEN RETURN NULL; END IF; "
+    "IF TG_OP = 'INSERT' THEN "
+    "UPDATE flowdrop_sync_conversations SET deleted = 0, stamp = flowdrop_now() "
+    "WHERE scope = NEW.scope AND scope_id = NEW.scope_id AND key = NEW.key AND deleted = 1; "
+    "ELSIF OLD.title IS DISTINCT FROM NEW.title OR OLD.metadata IS DISTINCT FROM NEW.metadata "
+    f"THEN {_CONVERSATION_PUT.format(a='NEW', now='flowdrop_now()', deleted=0)}; "
+    "END IF; RETURN NULL; END $$",
+    "CREATE OR REPLACE TRIGGER flowdrop_sync_conversation_changed "
+    "AFTER INSERT OR UPDATE OF title, metadata ON buffers "
+    "FOR EACH ROW EXECUTE FUNCTION flowdrop_sync_conversation_changed()",
     "CREATE OR REPLACE TRIGGER flowdrop_sync_message_deleted AFTER DELETE ON messages "
     "FOR EACH ROW EXECUTE FUNCTION flowdrop_sync_message_deleted()",
     "CREATE OR REPLACE TRIGGER flowdrop_sync_buffer_deleted BEFORE DELETE ON buffers "
@@ -220,6 +260,19 @@ SYNC_COMMON: dict[str, str] = {
     # The last sync that read and wrote a kind of keyed value here (memory, viewer).
     "sync_kv_clock": "SELECT kind, sync_id FROM flowdrop_sync_kv_clock",
     "sync_hlc": "SELECT stamp FROM flowdrop_sync_hlc WHERE kind = ?",
+    # Conversations: what changed here (a title, metadata, a deletion), and a buffer's row.
+    "sync_conversations": (
+        "SELECT scope, scope_id, key, stamp, deleted FROM flowdrop_sync_conversations"
+    ),
+    "sync_conversation_put": (
+        "INSERT INTO flowdrop_sync_conversations (scope, scope_id, key, stamp, deleted) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (scope, scope_id, key) DO UPDATE SET "
+        "stamp = excluded.stamp, deleted = excluded.deleted"
+    ),
+    "sync_conversation_row": (
+        "SELECT id, title, metadata, created_at, updated_at FROM buffers "
+        "WHERE scope = ? AND scope_id = ? AND key = ?"
+    ),
     "sync_hlc_put": (
         "INSERT INTO flowdrop_sync_hlc (kind, stamp) VALUES (?, ?) "
         "ON CONFLICT (kind) DO UPDATE SET stamp = excluded.stamp"

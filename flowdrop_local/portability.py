@@ -102,6 +102,7 @@ class ImportReport:
     sessions: int = 0
     viewers: int = 0
     memory: int = 0
+    conversations: int = 0
 
 
 # ------------------------------------------------------------------------ export
@@ -199,6 +200,9 @@ _SIDE_FIELDS: Final = {
     ),
     "viewer": ("session_id", "user_id", "granted_at"),
     "memory": ("scope", "scope_id", "key", "value", "created_at", "updated_at"),
+    # A conversation's title and metadata (buffers that have either), before its
+    # messages: an import makes the buffer, named, and the messages go into it.
+    "conversation": ("scope", "scope_id", "key", "title", "metadata", "created_at"),
 }
 _SIDE_KINDS: Final = tuple(_SIDE_FIELDS)
 _JSON_FIELDS: Final = {"metadata", "value"}
@@ -449,6 +453,9 @@ class _Importer:
         """A session, viewer or memory line: checked, then inserted (or refused if present)."""
         if kind not in _SIDE_FIELDS:
             raise InvalidImport(number, f"unknown record kind {kind!r}")
+        if kind == "conversation":
+            self._add_conversation(number, record)
+            return
         fields = _SIDE_FIELDS[str(kind)]
         values: list[Any] = []
         for field in fields:
@@ -497,6 +504,54 @@ class _Importer:
         except Exception as error:  # a constraint: a viewer of a session not in the store
             raise InvalidImport(number, f"{kind}: {error}") from None
         self.side[str(kind)] += 1
+
+    def _add_conversation(self, number: int, record: Mapping[str, Any]) -> None:
+        """A conversation's title and metadata: its buffer is made (empty) or named.
+
+        A buffer that exists with another title or metadata is refused unless
+        ``replace``; an identity scope's address is judged as a message line's.
+        """
+        address = tuple(record.get(part) for part in _ADDRESS)
+        title, metadata, created = (record.get(f) for f in ("title", "metadata", "created_at"))
+        if not all(isinstance(part, str) and _encodable(part) for part in address):
+            raise InvalidImport(number, "a conversation's scope, scope_id and key are strings")
+        if not isinstance(title, str) or not _encodable(title):
+            raise InvalidImport(number, "a conversation's title must be a string")
+        if not isinstance(metadata, dict):
+            raise InvalidImport(number, "a conversation's metadata must be a JSON object")
+        if created is not None and (not isinstance(created, str) or not _encodable(created)):
+            raise InvalidImport(number, "a conversation's created_at must be a string")
+        try:
+            metadata_text = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as error:
+            raise InvalidImport(number, f"conversation metadata is not JSON: {error}") from None
+        self._finish()
+        scope, scope_id, key = (str(part) for part in address)
+        try:
+            check_address_part("key", key, allow_empty=False)
+            buffer = buffer_of(self.db, resolve_address(scope, scope_id), scope, key, None)
+        except InvalidAddress as error:
+            raise InvalidImport(number, str(error)) from None
+        if buffer.refused:
+            raise InvalidImport(number, f"the {scope} scope refuses {scope_id!r}")
+        found = self.tx.one("buffer_info", buffer.address)
+        if (
+            found is not None
+            and (found[0], json.loads(found[1])) != (title, metadata)
+            and (found[0], found[1]) != ("", "{}")
+            and not self.replace
+        ):
+            raise InvalidImport(
+                number,
+                f"conversation {'/'.join(buffer.address)} already has another title or "
+                "metadata (use --replace)",
+            )
+        buffer_id = buffer.existing_id(self.tx)
+        if buffer_id is None:
+            self.tx.run("create_buffer", buffer.address)
+            buffer_id = buffer.existing_id(self.tx)
+        self.tx.run("import_conversation", (title, metadata_text, created, buffer_id))
+        self.side["conversation"] += 1
 
     def _place(self, run: _Run, pending: _Pending) -> None:
         """Keep the line's position, or hold it until its upper neighbour is known."""
@@ -636,6 +691,7 @@ class _Importer:
             self.side["session"],
             self.side["viewer"],
             self.side["memory"],
+            self.side["conversation"],
         )
 
 

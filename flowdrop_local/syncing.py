@@ -109,6 +109,9 @@ class SyncReport:
     known unchanged on both sides since their last sync, so not read (not in
     ``moved``). ``buffers_left_out_a``/``memory_left_out_a``: buffers and memory
     values on ``a`` outside the sync's scopes, not compared (``left_out``: all four).
+    ``conversations_named_on_a``/``conversations_deleted_on_a``: conversations whose
+    title or metadata ``a`` took from ``b``, and that ``a`` deleted because ``b``
+    deleted them last.
     ``tombstones_refused``: tombstones naming a message the receiver holds in another
     buffer than they claim (a forged or corrupt peer), neither kept nor applied.
     ``tombstones_compacted_on_a``: tombstones every known peer of ``a`` has
@@ -147,6 +150,10 @@ class SyncReport:
     tombstones_compacted_on_b: int = 0
     kv_skipped: int = 0
     tombstones_refused: int = 0
+    conversations_named_on_a: int = 0
+    conversations_named_on_b: int = 0
+    conversations_deleted_on_a: int = 0
+    conversations_deleted_on_b: int = 0
     buffers_left_out_a: int = 0
     buffers_left_out_b: int = 0
     memory_left_out_a: int = 0
@@ -184,6 +191,10 @@ class SyncReport:
             + self.viewer_b_to_a
             + self.viewer_deleted_on_a
             + self.viewer_deleted_on_b
+            + self.conversations_named_on_a
+            + self.conversations_named_on_b
+            + self.conversations_deleted_on_a
+            + self.conversations_deleted_on_b
             + sum(self.conflicts.values())
         )
 
@@ -906,6 +917,8 @@ def _run(
                 f"and in buffer {'/'.join(home['b'][id_])} on {b.store.path}: an id names one "
                 "message in a store; give one of them another id, then sync again"
             )
+    # Conversations (title, metadata, existence) as they stand before anything moves.
+    conversations = _conversation_versions(a, b, addresses, scopes)
     # 1. What each side deleted since its last sync becomes its tombstones (a buffer
     # unchanged or only appended to since has lost nothing).
     for side in sides:
@@ -947,11 +960,15 @@ def _run(
                 if drive(remove_message(id_, heal_now=False), target.tx):
                     touched.add(address_of)
                     report.add(f"deleted_on_{target.label}", 1)
+    # 2b. Conversations: the last change wins, a deletion included (its buffer goes
+    # on the other side, with tombstones for what it held there).
+    gone_whole = _sync_conversations(a, b, conversations, report)
+    touched -= gone_whole
     # 3. Buffers that differ merge: only their new rows when both sides only grew at
     # the end since they last held the same (equal recorded digests), else whole.
     addresses |= touched
     report.add("buffers_compared", len(addresses))
-    for address in sorted(addresses):
+    for address in sorted(addresses - gone_whole):
         views = {side.label: side.view(address, full) for side in sides}
         kinds = {views[label].kind for label in views}
         recorded = {view.state[0] if view.state else None for view in views.values()}
@@ -1187,6 +1204,83 @@ def _sync_registers(a: _Side, b: _Side, kind: _Kind, scopes: _Scopes, report: _R
             clock = side.tx.one("sync_hlc", (kind.name,))
             if clock is None or stamp(str(clock[0])) < written:
                 side.tx.run("sync_hlc_put", (kind.name, written))
+
+
+def _conversation_versions(
+    a: _Side, b: _Side, addresses: set[Address], scopes: _Scopes
+) -> dict[Address, dict[str, Version | None]]:
+    """Each candidate conversation's version on each side (None: never there).
+
+    Candidates: the buffers this sync looks at, and every conversation either side
+    renamed or deleted (``flowdrop_sync_conversations``). A buffer's version is
+    stamped by its last rename here, else its creation, or its last append if
+    later (a conversation written to after another side deleted it survives); a
+    deleted one by its deletion. The text is its title and metadata.
+    """
+    ceiling = _ceiling(a, b)
+    recorded: dict[str, dict[Address, tuple[str, bool]]] = {}
+    for side in (a, b):
+        recorded[side.label] = {
+            (str(r[0]), str(r[1]), str(r[2])): (stamp(str(r[3])), bool(r[4]))
+            for r in side.tx.all("sync_conversations")
+        }
+    candidates = set(addresses)
+    for found in recorded.values():
+        candidates |= {address for address in found if address in scopes}
+    versions: dict[Address, dict[str, Version | None]] = {}
+    for address in sorted(candidates):
+        versions[address] = {}
+        for side in (a, b):
+            row = side.tx.one("sync_conversation_row", address)
+            mark = recorded[side.label].get(address)
+            if row is None:
+                gone = mark is not None and mark[1]
+                versions[address][side.label] = (
+                    Version(min(mark[0], ceiling), True, "") if gone and mark else None
+                )
+                continue
+            named = mark[0] if mark is not None and not mark[1] else stamp(str(row[3]))
+            when = min(max(named, stamp(str(row[4]))), ceiling)
+            text = json.dumps([str(row[1]), json.loads(str(row[2]))], sort_keys=True)
+            versions[address][side.label] = Version(when, False, text)
+    return versions
+
+
+def _sync_conversations(
+    a: _Side, b: _Side, versions: dict[Address, dict[str, Version | None]], report: _Report
+) -> set[Address]:
+    """Give both sides the winning version of each conversation; return the
+    addresses deleted on both (no merge follows for them)."""
+    deleted: set[Address] = set()
+    for address, held in versions.items():
+        winner = latest(held["a"], held["b"])
+        if winner is None:
+            continue
+        for side in (a, b):
+            row = side.tx.one("sync_conversation_row", address)
+            if winner.deleted:
+                if row is not None:
+                    ids = [e.id for e in side.entries(int(row[0]))]
+                    dead = side.tombstoned(ids)
+                    side.tombstone([(id_, address) for id_ in ids if id_ not in dead])
+                    side.tx.run("delete_buffer", (int(row[0]),))
+                    side.views.pop(address, None)
+                    report.add(f"conversations_deleted_on_{side.label}", 1)
+                side.tx.run("sync_conversation_put", (*address, winner.stamp, 1))
+                side.tx.run("sync_state_drop", address)  # nothing held: none to compare
+                deleted.add(address)
+                continue
+            title, metadata = json.loads(winner.text)
+            text = json.dumps(metadata, ensure_ascii=False, sort_keys=True)
+            if row is None:
+                side.tx.run("create_buffer", address)
+                row = side.tx.one("sync_conversation_row", address)
+                side.views.pop(address, None)
+            if (str(row[1]), json.loads(str(row[2]))) != (title, metadata):
+                side.tx.run("import_conversation", (title, text, None, int(row[0])))
+                report.add(f"conversations_named_on_{side.label}", 1)
+            side.tx.run("sync_conversation_put", (*address, winner.stamp, 0))
+    return deleted
 
 
 def _tick(moment: str) -> str:

@@ -107,6 +107,139 @@ def test_the_cli_says_what_its_scopes_left_out(tmp_path: Path) -> None:
     assert json.loads(out.output)["left_out"] == 2  # user 42's buffer, on both sides now
 
 
+# ------------------------------ 2. conversations: titles, metadata and deletes travel
+
+
+def _named(store: Store) -> dict[tuple[str, str, str], tuple[str, dict[str, Any]]]:
+    page = store.conversations(limit=100)
+    return {(c.scope, c.scope_id, c.key): (c.title, c.metadata) for c in page.items}
+
+
+def test_a_conversation_sync_creates_keeps_its_title_and_metadata(tmp_path: Path) -> None:
+    a, b = pair(tmp_path)
+    chat = a.buffer("global", "", "k")
+    chat.append(user("hello"))
+    chat.set_title("Trip to Lisbon")
+    chat.update_metadata({"pinned": True})
+    empty = a.buffer("global", "", "empty")
+    empty.set_title("Named, no messages yet")
+    report = sync(a, b)
+    assert (
+        _named(b)
+        == _named(a)
+        == {
+            ("global", "", "k"): ("Trip to Lisbon", {"pinned": True}),
+            ("global", "", "empty"): ("Named, no messages yet", {}),
+        }
+    )
+    assert report.conversations_named_on_b == 2
+    assert sync(a, b).moved == 0
+
+
+def test_the_last_rename_wins_on_both_sides(tmp_path: Path) -> None:
+    import time
+
+    a, b = pair(tmp_path)
+    a.buffer("global", "", "k").append(user("q"))
+    sync(a, b)
+    a.buffer("global", "", "k").set_title("first, on a")
+    time.sleep(0.01)
+    b.buffer("global", "", "k").set_title("later, on b")
+    sync(a, b)
+    assert _named(a) == _named(b) == {("global", "", "k"): ("later, on b", {})}
+
+
+def test_a_title_set_before_enable_travels(tmp_path: Path) -> None:
+    a = Store(str(tmp_path / "a.db"))
+    a.buffer("global", "", "k").append(user("q"))
+    a.buffer("global", "", "k").set_title("old title")
+    b = Store(str(tmp_path / "b.db"))
+    sync(a, b)
+    assert _named(b) == {("global", "", "k"): ("old title", {})}
+
+
+def test_a_deleted_conversation_is_deleted_on_the_other_side_and_stays_deleted(
+    tmp_path: Path,
+) -> None:
+    """It used to stay on the other store and come back, empty and untitled, on the
+    store that deleted it, at the top of conversations()."""
+    a, b = pair(tmp_path)
+    a.buffer("global", "", "k").append([user("q"), user("r")])
+    a.buffer("global", "", "k").set_title("to delete")
+    a.buffer("global", "", "other").append(user("stays"))
+    sync(a, b)
+    a.buffer("global", "", "k").delete()
+    report = sync(a, b)
+    assert report.conversations_deleted_on_b == 1
+    for _ in range(2):
+        sync(a, b)
+        for store in (a, b):
+            assert list(_named(store)) == [("global", "", "other")], store.path
+            assert store.check() == []
+
+
+def test_a_conversation_written_to_after_its_deletion_elsewhere_survives(tmp_path: Path) -> None:
+    import time
+
+    a, b = pair(tmp_path)
+    a.buffer("global", "", "k").append([user("old one"), user("old two")])
+    sync(a, b)
+    a.buffer("global", "", "k").delete()
+    time.sleep(0.01)
+    b.buffer("global", "", "k").clear()  # b goes on with the conversation: written later
+    b.buffer("global", "", "k").append(user("new, on b"))
+    sync(a, b)
+    sync(a, b)
+    for store in (a, b):
+        assert contents(store).get(("global", "", "k")) == [("user", "new, on b")], store.path
+
+
+def test_copy_and_a_full_export_carry_titles_and_metadata(tmp_path: Path) -> None:
+    a = Store(str(tmp_path / "a.db"))
+    a.buffer("global", "", "k").append(user("q"))
+    a.buffer("global", "", "k").set_title("named")
+    a.buffer("user", "7", "notes").update_metadata({"color": "blue"})
+    records = list(a.export(full=True))
+    assert {
+        (r["scope"], r["key"], r["title"]) for r in records if r.get("record") == "conversation"
+    } == {("global", "k", "named"), ("user", "notes", "")}
+    a.close()
+    out = CliRunner().invoke(cli, ["copy", str(tmp_path / "a.db"), str(tmp_path / "c.db")])
+    assert out.exit_code == 0, out.output
+    c = Store(str(tmp_path / "c.db"))
+    assert _named(c) == {
+        ("global", "", "k"): ("named", {}),
+        ("user", "7", "notes"): ("", {"color": "blue"}),
+    }
+    with pytest.raises(Exception, match="another title"):
+        c.import_records(
+            [
+                {
+                    "record": "conversation",
+                    "scope": "global",
+                    "scope_id": "",
+                    "key": "k",
+                    "title": "other",
+                    "metadata": {},
+                }
+            ]
+        )
+    c.import_records(
+        [
+            {
+                "record": "conversation",
+                "scope": "global",
+                "scope_id": "",
+                "key": "k",
+                "title": "other",
+                "metadata": {},
+            }
+        ],
+        replace=True,
+    )
+    assert _named(c)[("global", "", "k")] == ("other", {})
+
+
 # ------------------------------------- 3. deletions are recorded when they happen
 
 ADDRESS = ("global", "", "k")

@@ -312,6 +312,14 @@ SQL: dict[str, str] = {
         "SELECT scope, scope_id, key, value, created_at, updated_at FROM memory "
         'ORDER BY scope COLLATE "C", scope_id COLLATE "C", key COLLATE "C"'
     ),
+    "export_conversation": (
+        "SELECT scope, scope_id, key, title, metadata, created_at FROM buffers "
+        "WHERE title <> '' OR metadata <> '{}' ORDER BY scope, scope_id, key"
+    ),
+    "import_conversation": (
+        "UPDATE buffers SET title = %s, metadata = %s, created_at = coalesce(%s, created_at) "
+        "WHERE id = %s"
+    ),
     "session_present": "SELECT 1 FROM sessions WHERE id = %s",
     "session_remove": "DELETE FROM sessions WHERE id = %s",
     "import_session": (
@@ -376,10 +384,10 @@ SQL: dict[str, str] = {
     **{name: sql.replace("?", "%s") for name, sql in SYNC_COMMON.items()},
     "sync_schema_current": (
         "SELECT (SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() "
-        "AND tablename = 'flowdrop_sync_hlc') + (SELECT count(*) FROM pg_trigger AS t "
+        "AND tablename = 'flowdrop_sync_conversations') + (SELECT count(*) FROM pg_trigger AS t "
         "JOIN pg_class AS c ON c.oid = t.tgrelid "
         "WHERE c.relnamespace = current_schema()::regnamespace "
-        "AND t.tgname = 'flowdrop_sync_buffer_deleted')"
+        "AND t.tgname = 'flowdrop_sync_conversation_changed')"
     ),
     "sync_quiet": "SELECT set_config('flowdrop.sync_quiet', 'on', true)",
     "sync_loud": "SELECT set_config('flowdrop.sync_quiet', '', true)",

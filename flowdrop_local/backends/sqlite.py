@@ -314,6 +314,14 @@ SQL: dict[str, str] = {
         "SELECT scope, scope_id, key, value, created_at, updated_at FROM memory "
         "ORDER BY scope, scope_id, key"
     ),
+    "export_conversation": (
+        "SELECT scope, scope_id, key, title, metadata, created_at FROM buffers "
+        "WHERE title <> '' OR metadata <> '{}' ORDER BY scope, scope_id, key"
+    ),
+    "import_conversation": (
+        "UPDATE buffers SET title = ?, metadata = ?, created_at = coalesce(?, created_at) "
+        "WHERE id = ?"
+    ),
     "session_present": "SELECT 1 FROM sessions WHERE id = ?",
     "session_remove": "DELETE FROM sessions WHERE id = ?",
     "import_session": (
@@ -395,8 +403,8 @@ SQL: dict[str, str] = {
     # the TEMP triggers that record deletions (_sync_sql.SQLITE_DELETE_TRIGGERS).
     "sync_schema_current": (
         "SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'table' "
-        "AND name = 'flowdrop_sync_hlc') + (SELECT count(*) FROM sqlite_temp_master "
-        "WHERE type = 'trigger' AND name = 'flowdrop_sync_buffer_deleted')"
+        "AND name = 'flowdrop_sync_conversations') + (SELECT count(*) FROM sqlite_temp_master "
+        "WHERE type = 'trigger' AND name = 'flowdrop_sync_conversation_made')"
     ),
     "sync_quiet": "INSERT INTO flowdrop_sync_quiet (on_) VALUES (1)",
     "sync_loud": "DELETE FROM flowdrop_sync_quiet",
