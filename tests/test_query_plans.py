@@ -48,6 +48,7 @@ WHOLE_TABLE = {
     "session_list_all",
     "search_count_messages",
     "search_enabled",
+    "export_conversation",
 }
 # Statements that read or delete one buffer whole, because that is what was asked.
 WHOLE_BUFFER = {
@@ -77,6 +78,12 @@ STOPS_EARLY = {
     "sync_candidates": "each candidate's last row (max(position))",
     "sync_summary_one": "the buffer's last row (max(position))",
 }
+
+# Plan steps SQLite lists but never runs: on a store that syncs (a delete trigger on
+# buffers), an INSERT OR IGNORE of a buffer's row lists the cascade's look-ups of a
+# row it would delete; it never deletes one (test_append_work measures its work
+# flat at 1,000 and 20,000 messages).
+PLANNED_NOT_RUN = {"create_buffer": "the ON DELETE cascade of a row INSERT OR IGNORE never deletes"}
 
 # The append, heal and read paths: each statement's steps that must be in its plan.
 EXPECTED: dict[str, tuple[str, ...]] = {
@@ -208,7 +215,7 @@ def test_no_statement_walks_a_buffer(conn: sqlite3.Connection, name: str) -> Non
         for step in plan
         if (match := _BUFFER_ONLY.match(step)) and match.group(1) != "tool_calls_unanswered"
     ]
-    if name in STOPS_EARLY or name in WHOLE_BUFFER:
+    if name in STOPS_EARLY or name in WHOLE_BUFFER or name in PLANNED_NOT_RUN:
         return
     assert walks == [], plan
 
@@ -238,7 +245,7 @@ def test_the_rules_catch_the_walk_issue_19_found(conn: sqlite3.Connection) -> No
 
 def test_every_exception_names_a_statement() -> None:
     """The lists above are of real statements (a rename would leave a stale pass)."""
-    for name in (*WHOLE_TABLE, *WHOLE_BUFFER, *STOPS_EARLY, *EXPECTED):
+    for name in (*WHOLE_TABLE, *WHOLE_BUFFER, *STOPS_EARLY, *PLANNED_NOT_RUN, *EXPECTED):
         assert name in SQL, name
 
 
