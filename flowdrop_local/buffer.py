@@ -330,8 +330,11 @@ class Buffer:
         One transaction. Removing a result un-answers its call (the next user turn
         heals it again); removing a turn removes the calls it declared.
         """
-        with self.db.write() as tx:
-            popped: dict[str, Any] | None = engine.drive(self.pop_plan(), tx)
+        # transact: PostgreSQL may pick a delete as a deadlock's victim (against a
+        # sync holding the change numbers it needs): it runs again.
+        popped: dict[str, Any] | None = self.db.transact(
+            lambda tx: engine.drive(self.pop_plan(), tx)
+        )
         return popped
 
     def pop_plan(self) -> Plan:
@@ -344,8 +347,7 @@ class Buffer:
 
     def clear(self) -> int:
         """Delete every message of this buffer in one transaction; return how many."""
-        with self.db.write() as tx:
-            return int(engine.drive(self.clear_plan(), tx))
+        return int(self.db.transact(lambda tx: engine.drive(self.clear_plan(), tx)))
 
     def clear_plan(self) -> Plan:
         """:meth:`clear` as a plan, for a write transaction."""
@@ -485,8 +487,7 @@ class Buffer:
         Returns:
             How many messages were deleted (0 when the buffer did not exist).
         """
-        with self.db.write() as tx:
-            return self.delete_in(tx)
+        return self.db.transact(self.delete_in)
 
     def delete_in(self, tx: Tx) -> int:
         """:meth:`delete` inside an open write transaction (the sessions API's admin tier)."""

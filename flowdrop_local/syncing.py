@@ -46,6 +46,8 @@ import datetime
 import hashlib
 import json
 import os
+import random
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
@@ -303,12 +305,15 @@ def _ensure_tables(tx: Tx, store: Store) -> str:
     """Make sync's tables and the triggers that record deletions if missing (no DDL
     at all once they are there: concurrent syncs on PostgreSQL would deadlock on
     it); return the replica id (made on first use)."""
-    current = tx.one("sync_tables")[0] and tx.one("sync_schema_current")[0] == 2
-    if not current:
-        if store.backend.kind == "postgresql":  # one first sync at a time makes them
-            tx.script(
-                "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.flowdrop_sync_ddl'))"
-            )
+
+    def current() -> bool:
+        return bool(tx.one("sync_tables")[0]) and tx.one("sync_schema_current")[0] == 2
+
+    if not current() and store.backend.kind == "postgresql":  # one store makes them,
+        tx.script(  # the others wait for it, then find them made
+            "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.flowdrop_sync_ddl'))"
+        )
+    if not current():
         for index in range(len(SYNC_TABLES)):  # IF NOT EXISTS: a store synced before
             tx.run(f"sync_create_{index}")  # a table was added gets it now
         postgresql = store.backend.kind == "postgresql"
@@ -582,6 +587,13 @@ class _Side:
         # Deletions made meanwhile are numbered after this sync (PostgreSQL: the
         # lock the deletion triggers take); this sync's own are not recorded by them.
         tx.one("sync_seq_lock")
+        # What a sync reads of memory, sessions and grants it may overwrite: no write
+        # may commit between its read and its write (PostgreSQL: they wait for it).
+        tx.run("sync_lock_registers")
+        # From here a wait is short or a deadlock in the making (a delete holding a
+        # buffer this sync reads, waiting for the change numbers it holds): PostgreSQL
+        # gives up on it soon, and the sync runs again (SYNC_RETRIES).
+        tx.run("sync_lock_timeout")
         tx.run("sync_quiet")
         self.seq: int = tx.one("sync_last_seq")[0]
         self.first_seq = self.seq  # at the start of this sync
@@ -770,11 +782,56 @@ def sync(
         )
     # Locks in the order of replica ids (a store without one yet makes it first).
     order = sorted([("a", a), ("b", b)], key=lambda s: (ids[s[0]] or "~", s[0]))
+    # A PostgreSQL server that many stores sync with at once may pick this sync as
+    # a deadlock's victim (or fail it for serialisation): both sides rolled back,
+    # so it runs again, a few times, after a short random wait.
+    for attempt in range(SYNC_RETRIES):
+        try:
+            report = _Report(a.path, b.path, dry_run)
+            _sync_once(a, b, order, wanted, report, full, dry_run)
+            break
+        except Exception as error:
+            if getattr(error, "sqlstate", None) not in _RETRIED_STATES:
+                raise
+            if attempt == SYNC_RETRIES - 1:
+                failed = a if getattr(a.backend, "kind", "") == "postgresql" else b
+                raise failed.backend._translated(error) from None  # type: ignore[attr-defined]
+            time.sleep(random.uniform(0, min(0.5, 0.02 * 2**attempt)))
+    for store in (a, b):
+        backend = store.backend
+        forget = getattr(backend, "forget_tails", None)
+        if forget is not None:
+            forget()
+    return report.done()
+
+
+SYNC_RETRIES: Final = 12
+"""How many times a sync runs before a deadlock, a serialisation failure or a lock
+it waited too long for (PostgreSQL) is raised."""
+# deadlock_detected, serialization_failure, lock_not_available (the lock timeout)
+_RETRIED_STATES = ("40P01", "40001", "55P03")
+
+
+def _sync_once(
+    a: Store,
+    b: Store,
+    order: list[tuple[str, Store]],
+    wanted: _Scopes,
+    report: _Report,
+    full: bool,
+    dry_run: bool,
+) -> None:
+    """One attempt: both sides' write transactions, the whole sync, both commits."""
     try:
         with contextlib.ExitStack() as stack:
             sides: dict[str, _Side] = {}
             for label, store in order:
-                tx = stack.enter_context(store.backend.write())
+                writing = (
+                    store.backend.write(syncing=True)  # type: ignore[call-arg]
+                    if store.backend.kind == "postgresql"
+                    else store.backend.write()
+                )
+                tx = stack.enter_context(writing)
                 sides[label] = _Side(label, store, tx, _ensure_tables(tx, store))
             for side, other in ((sides["a"], sides["b"]), (sides["b"], sides["a"])):
                 if other.replica in {str(r[0]) for r in side.tx.all("sync_retired_all")}:
@@ -798,12 +855,6 @@ def sync(
             f"cannot merge {a.path} and {b.path}: a message id names different messages "
             f"on the two sides ({error}); neither side changed"
         ) from None
-    for store in (a, b):
-        backend = store.backend
-        forget = getattr(backend, "forget_tails", None)
-        if forget is not None:
-            forget()
-    return report.done()
 
 
 def _same_file(a: Store, b: Store) -> bool:

@@ -535,3 +535,114 @@ def test_a_stamp_far_ahead_does_not_win_for_ever(tmp_path: Path) -> None:
     sync(a, b, "all")
     for store in (a, b):
         assert "eve" not in store.sessions(admin).viewers(session.id), store.path
+
+
+# ---------------------------------- 6. PostgreSQL: a server many laptops sync with
+
+
+def test_a_memory_write_committed_on_the_server_during_a_sync_survives_it(
+    tmp_path: Path, postgresql_url: str
+) -> None:
+    """The sync read the server's value, a client of the server wrote a newer one and
+    committed, then the sync wrote the laptop's older value over it (a lost update).
+    Now a sync holds the server's memory, sessions and grants for its duration: the
+    client's write waits for it, then lands."""
+    import threading
+    import time
+
+    from flowdrop_local.access import ExecutionContext
+
+    ctx = ExecutionContext(workflow_id="w")
+    server = Store(postgresql_url)
+    laptop = Store(str(tmp_path / "laptop.db"))
+    server.memory_set(ctx, "workflow", "k", "oldest")
+    sync(server, laptop)
+    time.sleep(0.01)
+    laptop.memory_set(ctx, "workflow", "k", "from the laptop")
+    done: list[str] = []
+
+    def client() -> None:
+        with Store(postgresql_url) as other:
+            time.sleep(0.01)
+            other.memory_set(ctx, "workflow", "k", "newest, on the server")
+        done.append("written")
+
+    writer = threading.Thread(target=client)
+
+    def trace(sql: str) -> None:  # the laptop's memory is read after the server's
+        if "updated_at FROM memory" in sql and not writer.is_alive() and not done:
+            writer.start()
+            writer.join(timeout=1.0)  # with the fix it waits for the sync's commit
+
+    laptop.backend.connection().set_trace_callback(trace)
+    sync(server, laptop)
+    laptop.backend.connection().set_trace_callback(None)
+    writer.join()
+    sync(server, laptop)
+    for store in (server, laptop):
+        assert store.memory_get(ctx, "workflow", "k").value == "newest, on the server"
+    server.close()
+    laptop.close()
+
+
+SYNC_LOOP = """
+import sys, time
+from flowdrop_local import Store, sync
+from flowdrop_local.access import ExecutionContext
+url, path, tag, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+laptop = Store(path)
+end = time.monotonic() + seconds
+n = 0
+ctx = ExecutionContext(workflow_id="w")
+while time.monotonic() < end:
+    laptop.buffer("global", "", tag).append({"role": "user", "content": f"{tag} {n}"})
+    laptop.buffer("global", "", "shared").append({"role": "user", "content": f"{tag} {n}"})
+    laptop.memory_set(ctx, "workflow", tag, n)
+    laptop.memory_set(ctx, "workflow", "shared", f"{tag} {n}")
+    with Store(url) as server:
+        sync(laptop, server, "all")
+        server.buffer("global", "", tag).append({"role": "user", "content": "popped"})
+        server.buffer("global", "", tag).pop()
+    n += 1
+print(n, flush=True)
+"""
+
+
+def test_three_laptops_syncing_with_one_server_at_once(tmp_path: Path, postgresql_url: str) -> None:
+    """Three processes append and sync with one PostgreSQL server for 20 seconds:
+    no error (deadlocks and serialization failures are retried inside), and a round
+    of syncs afterwards leaves all four holding the same history."""
+    import os
+    import subprocess
+    import sys
+
+    Store(postgresql_url).close()
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    paths = [str(tmp_path / f"laptop{n}.db") for n in range(3)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", SYNC_LOOP, postgresql_url, path, f"l{n}", "20"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n, path in enumerate(paths)
+    ]
+    counts = []
+    for child in children:
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 0, err
+        counts.append(int(out.strip()))
+    assert min(counts) > 0
+    server = Store(postgresql_url)
+    laptops = [Store(path) for path in paths]
+    for _ in range(2):
+        for laptop in laptops:
+            sync(laptop, server, "all")
+    expected = contents(server)
+    assert len(expected[("global", "", "shared")]) == sum(counts)
+    for laptop in laptops:
+        assert contents(laptop) == expected
+        assert laptop.check() == []
+    assert server.check() == []

@@ -200,7 +200,14 @@ SQL: dict[str, str] = {
         "DELETE FROM messages WHERE buffer_id = %s AND tool_call_id = %s AND healed = 1"
     ),
     # pop, clear and an admin's delete wait for an append in progress on the buffer.
-    "lock_buffer": "SELECT id FROM buffers WHERE id = %s FOR UPDATE",
+    # On a store that syncs they first take the change numbers' lock (as their
+    # deletion triggers will): always that lock before the buffer's, as a sync
+    # takes them, so a delete and a sync never wait for each other in a cycle.
+    "lock_buffer": (
+        "WITH numbers AS (SELECT CASE WHEN to_regclass('flowdrop_sync_replica') IS NOT NULL "
+        "THEN pg_advisory_xact_lock(hashtext(current_schema() || '.flowdrop_sync_seq')) END) "
+        "SELECT b.id FROM buffers AS b, numbers WHERE b.id = %s FOR UPDATE OF b"
+    ),
     "last_message": (
         "SELECT id, role, content, content_parts, metadata FROM messages "
         "WHERE buffer_id = %s ORDER BY position DESC LIMIT 1"
@@ -389,6 +396,10 @@ SQL: dict[str, str] = {
         "WHERE c.relnamespace = current_schema()::regnamespace "
         "AND t.tgname = 'flowdrop_sync_conversation_changed')"
     ),
+    "sync_lock_registers": (
+        "LOCK TABLE memory, sessions, session_viewers IN SHARE ROW EXCLUSIVE MODE"
+    ),
+    "sync_lock_timeout": "SET LOCAL lock_timeout = '200ms'",
     "sync_quiet": "SELECT set_config('flowdrop.sync_quiet', 'on', true)",
     "sync_loud": "SELECT set_config('flowdrop.sync_quiet', '', true)",
     "sync_seq_lock": PG_SEQ_LOCK,
@@ -814,9 +825,13 @@ class PostgresBackend(Backend):
         raise AssertionError("unreachable")
 
     @contextmanager
-    def write(self, *, keep_tails: bool = False, retrying: bool = False) -> Iterator[Tx]:
+    def write(
+        self, *, keep_tails: bool = False, retrying: bool = False, syncing: bool = False
+    ) -> Iterator[Tx]:
         """See :meth:`Backend.write`; ``retrying``: let a deadlock or serialisation
-        failure through as it is, for :meth:`transact` to run the work again."""
+        failure through as it is, for :meth:`transact` to run the work again;
+        ``syncing``: a lock timeout too (a sync gives up a lock wait soon, and runs
+        again: see syncing.SYNC_RETRIES)."""
         self.ensure_open()
         with self._connection() as conn:
             tx = _PgTx(self, conn, "BEGIN")
@@ -825,7 +840,9 @@ class PostgresBackend(Backend):
                 tx.commit()
             except BaseException as error:
                 _rollback(conn)
-                if retrying and isinstance(error, _RETRIED):
+                if (retrying or syncing) and isinstance(error, _RETRIED):
+                    raise
+                if syncing and isinstance(error, pg_errors.LockNotAvailable):
                     raise
                 raise self._translated(error) from None
 

@@ -406,6 +406,8 @@ SQL: dict[str, str] = {
         "AND name = 'flowdrop_sync_conversations') + (SELECT count(*) FROM sqlite_temp_master "
         "WHERE type = 'trigger' AND name = 'flowdrop_sync_conversation_made')"
     ),
+    "sync_lock_registers": "SELECT 1",
+    "sync_lock_timeout": "SELECT 1",
     "sync_quiet": "INSERT INTO flowdrop_sync_quiet (on_) VALUES (1)",
     "sync_loud": "DELETE FROM flowdrop_sync_quiet",
     # SQLite takes one writer at a time: change numbers are taken in commit order.
