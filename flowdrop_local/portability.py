@@ -52,6 +52,7 @@ from __future__ import annotations
 import itertools
 import json
 import sys
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -682,6 +683,12 @@ class _Importer:
 
     def finish(self) -> ImportReport:
         self._finish()
+        if (self.side["memory"] or self.side["viewer"]) and self.tx.one("sync_tables")[0]:
+            # An import writes values with the stamps they had: the next sync must
+            # read them, not take them for what both held at the pair's last sync.
+            for kind in ("memory", "viewer"):
+                if self.side[kind]:
+                    self.tx.run("sync_kv_clock_put", (kind, f"import {uuid.uuid4()}"))
         return ImportReport(
             len(self.runs),
             self.imported,

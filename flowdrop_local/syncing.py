@@ -455,9 +455,17 @@ def _scan(tx: Tx, scopes: _Scopes) -> dict[Address, _Buffer]:
 
 
 def _whole_digest(store: Store) -> str:
+    """Everything a sync moves, as one digest: every buffer's messages, and the
+    memory values, sessions, grants and conversation names (two copies of one
+    replica that differ in any of them are not one store)."""
     with store.backend.read() as tx:
         scanned = _scan(tx, _Scopes(["all"]))
-    return _digest((f"{a}", b.digest, "") for a, b in sorted(scanned.items()))
+        rest = [
+            (kind, json.dumps([str(v) for v in row], ensure_ascii=False), "")
+            for kind in ("memory", "session", "viewer", "conversation")
+            for row in tx.all(f"export_{kind}")
+        ]
+    return _digest([*((f"{a}", b.digest, "") for a, b in sorted(scanned.items())), *rest])
 
 
 # ---------------------------------------------------------------------- sides

@@ -646,3 +646,61 @@ def test_three_laptops_syncing_with_one_server_at_once(tmp_path: Path, postgresq
         assert contents(laptop) == expected
         assert laptop.check() == []
     assert server.check() == []
+
+
+# ------------------------------------------------------------- 7. silent divergence
+
+
+@pytest.mark.parametrize("differs", ["memory", "grant", "title"])
+def test_a_hand_copy_that_differs_only_in_memory_grants_or_titles_is_refused(
+    tmp_path: Path, differs: str
+) -> None:
+    """A file copied with cp keeps the replica id. Its messages match the original,
+    its memory (or a grant, or a title) does not: that is two stores with one id,
+    refused with ReplicaConflict, not a no-op for ever."""
+    import shutil
+
+    from flowdrop_local import ReplicaConflict
+    from flowdrop_local.access import ExecutionContext, Principal
+
+    a = Store(str(tmp_path / "a.db"))
+    a.buffer("global", "", "k").append(user("q"))
+    admin = Principal("owner", admin=True)
+    session = a.sessions(admin).create(workflow_id="w", name="s")
+    enable(a)
+    a.close()
+    shutil.copy(tmp_path / "a.db", tmp_path / "copy.db")
+    a, copy = Store(str(tmp_path / "a.db")), Store(str(tmp_path / "copy.db"))
+    if differs == "memory":
+        copy.memory_set(ExecutionContext(workflow_id="w"), "workflow", "k", "only here")
+    elif differs == "grant":
+        copy.sessions(admin).grant(session.id, "eve")
+    else:
+        copy.buffer("global", "", "k").set_title("only here")
+    with pytest.raises(ReplicaConflict):
+        sync(a, copy, "all")
+
+
+def test_memory_restored_by_an_import_is_read_by_the_next_sync(tmp_path: Path) -> None:
+    """import_records(replace=True) writes memory with its old stamps; an incremental
+    sync took the kind as unchanged and left the stores different."""
+    from flowdrop_local.access import ExecutionContext
+
+    ctx = ExecutionContext(workflow_id="w")
+    a, b = pair(tmp_path)
+    a.memory_set(ctx, "workflow", "k", "v1")
+    sync(a, b)
+    saved = [  # a backup taken an hour ago: its stamps are older than the sync's margin
+        {**r, "updated_at": "2026-01-01T00:00:00.000Z"}
+        for r in a.export(full=True)
+        if r.get("record") == "memory"
+    ]
+    a.memory_set(ctx, "workflow", "k", "v2")
+    sync(a, b)
+    for store in (a, b):  # hours pass: the values are older than the sync's margin
+        _tamper(store.path, "UPDATE memory SET updated_at = '2026-01-01T01:00:00.000Z'")
+    b.import_records(saved, replace=True)  # b restores v1 (stamped when v1 was set)
+    assert b.memory_get(ctx, "workflow", "k").value == "v1"
+    report = sync(a, b)
+    assert report.kv_skipped == 1  # the grants were not touched
+    assert a.memory_get(ctx, "workflow", "k").value == b.memory_get(ctx, "workflow", "k").value
