@@ -1367,17 +1367,28 @@ def _sync_sessions(a: _Side, b: _Side, scopes: _Scopes, report: _Report) -> None
         label: {k: _clamp_row(row, 8, ceiling)[0] for k, row in rows_of.items()}
         for label, rows_of in held.items()
     }
-    bases: dict[str, dict[str, tuple[Any, ...]]] = {
-        side.label: {
-            str(r[0]): tuple(json.loads(r[1])) for r in side.tx.all("sync_kv_state", ("session",))
+
+    # The merge base of a session is its row as this pair last synced it (each side
+    # keeps one per peer): the row as of a side's last sync with anyone is no base
+    # for this pair, as a third store may have moved it since. A pair without one
+    # yet falls back to the per-store row when both sides hold the same.
+    def bases_of(kind: str) -> dict[str, dict[str, tuple[Any, ...]]]:
+        return {
+            side.label: {
+                str(r[0]): tuple(json.loads(r[1]))
+                for r in side.tx.all("sync_kv_state", (kind.format(other=other.replica),))
+            }
+            for side, other in ((a, b), (b, a))
         }
-        for side in (a, b)
-    }
+
+    paired, anyone = bases_of("session:{other}"), bases_of("session")
     for session_id in sorted(set(held["a"]) | set(held["b"])):
         x, y = stamped["a"].get(session_id), stamped["b"].get(session_id)
-        base = bases["a"].get(session_id)
-        if base != bases["b"].get(session_id):
-            base = None  # the two last synced apart: no common base
+        base = paired["a"].get(session_id)
+        if base is None or base != paired["b"].get(session_id):
+            base = anyone["a"].get(session_id)
+            if paired["a"].get(session_id) is not None or base != anyone["b"].get(session_id):
+                base = None  # the two last synced apart: no common base
         merged = merge_session(x, y, base) if x is not None and y is not None else (x or y)
         assert merged is not None
         for side in (a, b):
@@ -1388,10 +1399,12 @@ def _sync_sessions(a: _Side, b: _Side, scopes: _Scopes, report: _Report) -> None
                 else:
                     side.tx.run("sync_session_update", (*merged[1:], session_id))
                 report.add(f"sessions_updated_on_{side.label}", 1)
-            if bases[side.label].get(session_id) != merged:
-                side.tx.run("sync_kv_state_forget", ("session", session_id))
-                row = json.dumps(list(merged))
-                side.tx.run("sync_kv_state_put", ("session", session_id, row, ""))
+            other = b if side is a else a
+            row = json.dumps(list(merged))
+            for kind, known in (("session", anyone), (f"session:{other.replica}", paired)):
+                if known[side.label].get(session_id) != merged:
+                    side.tx.run("sync_kv_state_forget", (kind, session_id))
+                    side.tx.run("sync_kv_state_put", (kind, session_id, row, ""))
 
 
 def _keep_state(side: _Side, address: Address, digest: str, held: str, view: _View) -> None:

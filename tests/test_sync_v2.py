@@ -704,3 +704,32 @@ def test_memory_restored_by_an_import_is_read_by_the_next_sync(tmp_path: Path) -
     report = sync(a, b)
     assert report.kv_skipped == 1  # the grants were not touched
     assert a.memory_get(ctx, "workflow", "k").value == b.memory_get(ctx, "workflow", "k").value
+
+
+# ------------------------------------------------- 5. field merges against the pair's base
+
+
+def test_a_session_field_merges_against_the_pairs_own_base(tmp_path: Path) -> None:
+    """a stops a session and syncs with c; b only grants a viewer; sync(a, b) used to
+    make the session active again on both (each side's base was its row at its last
+    sync with anyone: a's was c's sync, so no common base, and b's later row won)."""
+    import time
+
+    from flowdrop_local.access import Principal
+
+    admin = Principal("owner", admin=True)
+    a, b = pair(tmp_path)
+    session = a.sessions(admin).create(workflow_id="w", name="s")
+    a.backup(str(tmp_path / "c.db"))
+    c = Store(str(tmp_path / "c.db"))
+    for x, y in ((a, b), (a, c), (b, c)):
+        sync(x, y, "all")
+    a.sessions(admin).stop(session.id)
+    sync(a, c, "all")
+    time.sleep(0.01)
+    b.sessions(admin).grant(session.id, "eve")
+    sync(a, b, "all")
+    for store in (a, b):
+        held = store.sessions(admin).get(session.id)
+        assert held.status == "stopped", store.path
+        assert "eve" in store.sessions(admin).viewers(session.id)
