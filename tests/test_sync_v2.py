@@ -6,11 +6,14 @@ One section per item of the issue; each test failed before its fix.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from flowdrop_local import Store, sync
 from flowdrop_local.cli import cli
@@ -733,3 +736,109 @@ def test_a_session_field_merges_against_the_pairs_own_base(tmp_path: Path) -> No
         held = store.sessions(admin).get(session.id)
         assert held.status == "stopped", store.path
         assert "eve" in store.sessions(admin).viewers(session.id)
+
+
+# ------------------------------------------------ 4. the order of shared messages
+
+
+def _order(store: Store) -> list[str]:
+    return [m.id for m in store.buffer(*ADDRESS).messages()]
+
+
+def _assert_shared_order(stores: list[Store]) -> None:
+    """Messages two replicas both hold stand in the same order on both."""
+    orders = [_order(s) for s in stores]
+    for i, x in enumerate(orders):
+        for y in orders[i + 1 :]:
+            shared = set(x) & set(y)
+            assert [m for m in x if m in shared] == [m for m in y if m in shared]
+
+
+def _three(tmp_path: Path) -> list[Store]:
+    a = Store(str(tmp_path / "r0.db"))
+    a.buffer(*ADDRESS).append(user("start"))
+    enable(a)
+    a.backup(str(tmp_path / "r1.db"))
+    a.backup(str(tmp_path / "r2.db"))
+    return [a, Store(str(tmp_path / "r1.db")), Store(str(tmp_path / "r2.db"))]
+
+
+def _apply(stores: list[Store], op: str, x: int, y: int, c: int, n: int) -> None:
+    buffer = stores[x].buffer(*ADDRESS)
+    if op == "user":
+        buffer.append(user(f"u{n}"))
+    elif op == "call":
+        buffer.append({"role": "assistant", "content": "", "tool_calls": [{"id": f"c{c}"}]})
+    elif op == "result":
+        buffer.append({"role": "tool", "tool_call_id": f"c{c}", "content": f"r{n}"})
+    elif op == "said":
+        buffer.append({"role": "assistant", "content": f"s{n}"})
+    elif op == "sync" and x != y:
+        sync(stores[x], stores[y])
+        assert _order(stores[x]) == _order(stores[y])
+        _assert_shared_order(stores)
+
+
+def test_a_result_answered_in_its_calls_tool_run_does_not_reorder_a_third_replica(
+    tmp_path: Path,
+) -> None:
+    """Found by a three-replica random run (the issue's six appends): replica 1 holds
+    a result before its call, syncs with 2, then with 0, which holds the call and a
+    user turn. The merge moved the result into the call's tool run, so 0 and 1 held
+    the result before 1's user turn while 2 held it after: two replicas ordering the
+    messages they share apart. Now a new row answers the call there and the result's
+    own row goes; 2 drops it at its next merge."""
+    stores = _three(tmp_path)
+    script = [
+        ("user", 0, 0, 0),
+        ("user", 1, 0, 0),
+        ("call", 0, 0, 0),
+        ("result", 1, 0, 0),
+        ("sync", 1, 2, 0),
+        ("sync", 0, 1, 0),
+    ]
+    for n, step in enumerate(script):
+        _apply(stores, *step, n)
+    for x, y in ((2, 0), (1, 2), (0, 1)):
+        sync(stores[x], stores[y])
+        _assert_shared_order(stores)
+    assert _order(stores[0]) == _order(stores[1]) == _order(stores[2])
+    for store in stores:
+        assert store.check() == []
+
+
+@settings(
+    max_examples=int(os.environ.get("FLOWDROP_SHARED_ORDER_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["user", "call", "result", "said", "sync", "sync"]),
+            st.integers(0, 2),
+            st.integers(0, 2),
+            st.integers(0, 2),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_three_replicas_never_order_shared_messages_apart(
+    tmp_path_factory: pytest.TempPathFactory, script: list[tuple[str, int, int, int]]
+) -> None:
+    """Results before and after their calls, re-declared calls, user turns, syncs
+    in random pairs: after every sync the pair reads alike and every two replicas
+    order the messages they share alike; a round of syncs leaves all three the same
+    and check() clean."""
+    stores = _three(tmp_path_factory.mktemp("order"))
+    for n, step in enumerate(script):
+        _apply(stores, *step, n)
+    for _ in range(3):
+        for x, y in ((0, 1), (1, 2), (0, 2)):
+            sync(stores[x], stores[y])
+            _assert_shared_order(stores)
+    assert _order(stores[0]) == _order(stores[1]) == _order(stores[2])
+    for store in stores:
+        assert store.check() == []
+        store.close()

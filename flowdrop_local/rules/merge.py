@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -274,8 +275,15 @@ def _first_turns(items: list[_Item]) -> dict[str, int]:
 def _results_before_the_next_user_turn(items: list[_Item]) -> list[_Item]:
     """A call's result that the merge put after a user turn following the call (one
     side held the result before the call, the other the call and a user turn: each
-    valid alone) moves into the call's tool run, where healing would have put a
-    placeholder (MEM-3): a user turn never follows a call answered only later."""
+    valid alone) is answered in the call's tool run, where healing would have put a
+    placeholder (MEM-3): a user turn never follows a call answered only later.
+
+    The result is not moved: another replica may hold it where it stood, and a
+    message two replicas hold stands in the same order on both, for ever. A new
+    row takes its content there (its id derived from the result's, so every merge
+    that makes it makes the same one), and the result's own row goes; a replica
+    still holding it drops it at its next merge, as the call's second, equal
+    result (MEM-1)."""
     first_turn = _first_turns(items)
     moved = 0
     for j in range(len(items)):
@@ -288,12 +296,25 @@ def _results_before_the_next_user_turn(items: list[_Item]) -> list[_Item]:
             at += 1
         del items[j]
         moved += 1
-        item.unit = (-moved, item.entry.id)  # a unit of its own: it gets a key there
+        answer = item.entry._replace(
+            id=answered_in_place_id(item.entry.id),
+            content_of=item.entry.content_of or item.entry.id,
+        )
+        item = _Item(answer, item.source, (-moved, answer.id), item.position)
         items.insert(at, item)
         for call_id, index in first_turn.items():  # the turns after it moved one down
             if at <= index < j:
                 first_turn[call_id] = index + 1
     return items
+
+
+_ANSWERED_IN_PLACE = uuid.UUID("6f1d0c6e-3b5a-4c1e-9a7d-2f0e8b4c5d1a")
+
+
+def answered_in_place_id(result_id: str) -> str:
+    """The id of the row that answers a call in its tool run in place of the result
+    ``result_id`` standing after a user turn (the same on every replica)."""
+    return str(uuid.uuid5(_ANSWERED_IN_PLACE, result_id.lower()))
 
 
 def _placeholders_in_place(items: list[_Item]) -> list[_Item]:
