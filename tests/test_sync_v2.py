@@ -345,18 +345,46 @@ KILL_AT_SECOND_COMMIT = """
 import os, signal, sys
 from flowdrop_local import Store, sync
 first, last = Store(sys.argv[1]), Store(sys.argv[2])
-def trace(sql):  # the first-locked side's COMMIT: the other side has committed
+# The sync commits the last-locked side first. "between": killed at the first-locked
+# side's COMMIT (the other side committed); "before": at the last-locked side's
+# (neither did); "after": once both committed.
+where = sys.argv[3] if len(sys.argv) > 3 else "between"
+def trace(sql):
     if sql.strip().upper() == "COMMIT":
         os.kill(os.getpid(), signal.SIGKILL)
-first.backend.connection().set_trace_callback(trace)
+watched = {"between": first, "before": last}.get(where)
+if watched is not None:
+    watched.backend.connection().set_trace_callback(trace)
 sync(first, last, "all")
+os.kill(os.getpid(), signal.SIGKILL)
 """
+
+
+@pytest.mark.parametrize(
+    "kills",
+    [
+        ("between", "between"),
+        ("before", "between", "between"),
+        ("between", "before", "after", "between"),
+    ],
+    ids="-".join,
+)
+def test_syncs_killed_at_each_commit_boundary_never_resurrect_a_deletion(
+    tmp_path: Path, kills: tuple[str, ...]
+) -> None:
+    """Syncs killed with SIGKILL before, between and after their two commits, several
+    in a row, then a normal one: the popped message stays deleted on both."""
+    _killed_syncs(tmp_path, kills)
 
 
 def test_syncs_killed_between_their_commits_never_resurrect_a_deletion(tmp_path: Path) -> None:
     """Two syncs of everything that each die between their two commits, then a normal
     one: the message the committing side popped stays deleted on both (it used to
     record the other side's receipt before that side committed, then compact)."""
+    _killed_syncs(tmp_path, ("between", "between"))
+
+
+def _killed_syncs(tmp_path: Path, kills: tuple[str, ...]) -> None:
     import os
     import signal
     import subprocess
@@ -375,13 +403,14 @@ def test_syncs_killed_between_their_commits_never_resurrect_a_deletion(tmp_path:
     first.close()
     last.close()
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    for _ in range(2):
+    for where in kills:
         done = subprocess.run(
-            [sys.executable, "-c", KILL_AT_SECOND_COMMIT, *paths], env=env, timeout=120
+            [sys.executable, "-c", KILL_AT_SECOND_COMMIT, *paths, where], env=env, timeout=120
         )
         assert done.returncode == -signal.SIGKILL
     first, last = Store(paths[0]), Store(paths[1])
-    assert contents(first)[address][-1] == ("assistant", "doomed")  # rolled back each time
+    if "after" not in kills:
+        assert contents(first)[address][-1] == ("assistant", "doomed")  # rolled back
     sync(first, last, "all")
     sync(first, last, "all")
     for store in (first, last):
