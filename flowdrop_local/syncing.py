@@ -114,6 +114,8 @@ class SyncReport:
     ``conversations_named_on_a``/``conversations_deleted_on_a``: conversations whose
     title or metadata ``a`` took from ``b``, and that ``a`` deleted because ``b``
     deleted them last.
+    ``clock_went_back``: 1 when a side's clock stood before the mark it set at the
+    pair's last sync (it was set back), so this sync read every buffer.
     ``tombstones_refused``: tombstones naming a message the receiver holds in another
     buffer than they claim (a forged or corrupt peer), neither kept nor applied.
     ``tombstones_compacted_on_a``: tombstones every known peer of ``a`` has
@@ -152,6 +154,7 @@ class SyncReport:
     tombstones_compacted_on_b: int = 0
     kv_skipped: int = 0
     tombstones_refused: int = 0
+    clock_went_back: int = 0
     conversations_named_on_a: int = 0
     conversations_named_on_b: int = 0
     conversations_deleted_on_a: int = 0
@@ -953,6 +956,11 @@ def _run(
     # either side; else every buffer. A buffer whose summary is the one recorded at
     # the last sync is not read (its digest is the recorded one).
     marks = _last_marks(a, b, scopes) if not full else None
+    if marks is not None and any(stamp(s.now) < stamp(marks[s.label]) for s in sides):
+        # A clock behind the mark its own store set at the pair's last sync went back:
+        # what it wrote since may be stamped before the mark. Read everything.
+        marks = None
+        report.add("clock_went_back", 1)
     addresses: set[Address] = set()
     for side in sides:
         since = "" if marks is None else _before(marks[side.label], MARGIN)

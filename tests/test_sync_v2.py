@@ -871,3 +871,23 @@ def test_three_replicas_never_order_shared_messages_apart(
     for store in stores:
         assert store.check() == []
         store.close()
+
+
+def test_a_clock_set_back_behind_the_last_mark_makes_the_sync_read_everything(
+    tmp_path: Path,
+) -> None:
+    """A store whose clock went back writes with stamps before the pair's last mark;
+    an incremental sync looked only at buffers written since the mark (less the
+    margin) and reported nothing while the stores differed. A clock behind its own
+    last mark now makes the sync read every buffer."""
+    a, b = pair(tmp_path)
+    a.buffer("global", "", "k").append(user("q"))
+    sync(a, b)
+    for store in (a, b):  # written long before the sync, on both sides
+        _tamper(store.path, "UPDATE buffers SET updated_at = '2026-01-01T00:00:00.000Z'")
+    # The pair's last sync was stamped far ahead of a's clock now: a's clock went back.
+    _tamper(a.path, "UPDATE flowdrop_sync_marks SET since = '2099-01-01T00:00:00.000Z'")
+    a.buffer("global", "", "k").append({"role": "assistant", "content": "written behind"})
+    report = sync(a, b)
+    assert contents(a) == contents(b)
+    assert report.clock_went_back == 1
