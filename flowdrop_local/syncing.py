@@ -50,7 +50,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import attrs
 
@@ -985,7 +985,10 @@ def _run(
                 "message in a store; give one of them another id, then sync again"
             )
     # Conversations (title, metadata, existence) as they stand before anything moves.
-    conversations = _conversation_versions(a, b, addresses, scopes)
+    marks_since = {
+        s.label: "" if marks is None else _before(marks[s.label], MARGIN) for s in sides
+    }
+    conversations = _conversation_versions(a, b, addresses, scopes, marks_since)
     # 1. What each side deleted since its last sync becomes its tombstones (a buffer
     # unchanged or only appended to since has lost nothing).
     for side in sides:
@@ -1273,13 +1276,23 @@ def _sync_registers(a: _Side, b: _Side, kind: _Kind, scopes: _Scopes, report: _R
                 side.tx.run("sync_hlc_put", (kind.name, written))
 
 
+class _Conversation(NamedTuple):
+    """A conversation on one side as a sync found it: its version (None: never
+    there), its buffer row (None: none) and what the side recorded of it."""
+
+    version: Version | None
+    row: tuple[Any, ...] | None
+    recorded: tuple[str, bool] | None
+
+
 def _conversation_versions(
-    a: _Side, b: _Side, addresses: set[Address], scopes: _Scopes
-) -> dict[Address, dict[str, Version | None]]:
+    a: _Side, b: _Side, addresses: set[Address], scopes: _Scopes, since: dict[str, str]
+) -> dict[Address, dict[str, _Conversation]]:
     """Each candidate conversation's version on each side (None: never there).
 
-    Candidates: the buffers this sync looks at, and every conversation either side
-    renamed or deleted (``flowdrop_sync_conversations``). A buffer's version is
+    Candidates: the buffers this sync looks at, and the conversations either side
+    renamed or deleted since the pair's mark less the margin
+    (``flowdrop_sync_conversations``; every one at a pair's first sync). A buffer's version is
     stamped by its last rename here, else its creation, or its last append if
     later (a conversation written to after another side deleted it survives); a
     deleted one by its deletion. The text is its title and metadata.
@@ -1292,39 +1305,50 @@ def _conversation_versions(
             for r in side.tx.all("sync_conversations")
         }
     candidates = set(addresses)
-    for found in recorded.values():
-        candidates |= {address for address in found if address in scopes}
-    versions: dict[Address, dict[str, Version | None]] = {}
+    for label, found in recorded.items():  # renamed or deleted since the pair's mark
+        after = stamp(since[label]) if since[label] else ""
+        candidates |= {
+            address for address, (when, _) in found.items() if address in scopes and when >= after
+        }
+    versions: dict[Address, dict[str, _Conversation]] = {}
     for address in sorted(candidates):
         versions[address] = {}
         for side in (a, b):
-            row = side.tx.one("sync_conversation_row", address)
+            found = side.tx.one("sync_conversation_row", address)
+            row = None if found is None else tuple(found)
             mark = recorded[side.label].get(address)
+            version: Version | None
             if row is None:
                 gone = mark is not None and mark[1]
-                versions[address][side.label] = (
-                    Version(min(mark[0], ceiling), True, "") if gone and mark else None
-                )
-                continue
-            named = mark[0] if mark is not None and not mark[1] else stamp(str(row[3]))
-            when = min(max(named, stamp(str(row[4]))), ceiling)
-            text = json.dumps([str(row[1]), json.loads(str(row[2]))], sort_keys=True)
-            versions[address][side.label] = Version(when, False, text)
+                version = Version(min(mark[0], ceiling), True, "") if gone and mark else None
+            else:
+                named = mark[0] if mark is not None and not mark[1] else stamp(str(row[3]))
+                when = min(max(named, stamp(str(row[4]))), ceiling)
+                text = json.dumps([str(row[1]), json.loads(str(row[2]))], sort_keys=True)
+                version = Version(when, False, text)
+            versions[address][side.label] = _Conversation(version, row, mark)
     return versions
 
 
 def _sync_conversations(
-    a: _Side, b: _Side, versions: dict[Address, dict[str, Version | None]], report: _Report
+    a: _Side, b: _Side, versions: dict[Address, dict[str, _Conversation]], report: _Report
 ) -> set[Address]:
     """Give both sides the winning version of each conversation; return the
-    addresses deleted on both (no merge follows for them)."""
+    addresses deleted on both (no merge follows for them). A side that holds the
+    winner as recorded is left as it is (nothing written)."""
     deleted: set[Address] = set()
     for address, held in versions.items():
-        winner = latest(held["a"], held["b"])
+        winner = latest(held["a"].version, held["b"].version)
         if winner is None:
             continue
         for side in (a, b):
-            row = side.tx.one("sync_conversation_row", address)
+            found = held[side.label]
+            if found.version == winner and found.recorded == (winner.stamp, winner.deleted):
+                if winner.deleted:
+                    side.tx.run("sync_state_drop", address)  # nothing held: none to compare
+                    deleted.add(address)
+                continue
+            row = side.tx.one("sync_conversation_row", address) if found.row else None
             if winner.deleted:
                 if row is not None:
                     ids = [e.id for e in side.entries(int(row[0]))]
@@ -1346,7 +1370,8 @@ def _sync_conversations(
             if (str(row[1]), json.loads(str(row[2]))) != (title, metadata):
                 side.tx.run("import_conversation", (title, text, None, int(row[0])))
                 report.add(f"conversations_named_on_{side.label}", 1)
-            side.tx.run("sync_conversation_put", (*address, winner.stamp, 0))
+            if found.recorded is not None or (title, metadata) != ("", {}):
+                side.tx.run("sync_conversation_put", (*address, winner.stamp, 0))
     return deleted
 
 
