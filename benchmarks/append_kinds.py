@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from flowdrop_local import Store
+from flowdrop_local import Buffer, Store
 
 from . import report
 from .core import declaring_turn, fmt_ns, message
@@ -97,6 +97,17 @@ class _Raw:
         return time.perf_counter_ns() - started
 
 
+def _timed(buffer: Buffer) -> Callable[[dict[str, Any]], int]:
+    """flowdrop_local's append of one message, timed (the nanoseconds it took)."""
+
+    def append(msg: dict[str, Any]) -> int:
+        started = time.perf_counter_ns()
+        buffer.append(msg)
+        return time.perf_counter_ns() - started
+
+    return append
+
+
 @contextlib.contextmanager
 def _sqlite(folder: Path, size: int) -> Iterator[tuple[Callable[[dict[str, Any]], int], _Raw]]:
     store = Store(folder / f"ours-{size}.db")
@@ -122,13 +133,8 @@ def _sqlite(folder: Path, size: int) -> Iterator[tuple[Callable[[dict[str, Any]]
         raw_conn.execute("INSERT INTO messages (buffer, body) VALUES ('b', ?)", (body,))
         raw_conn.execute("COMMIT")
 
-    def ours(msg: dict[str, Any]) -> int:
-        started = time.perf_counter_ns()
-        buffer.append(msg)
-        return time.perf_counter_ns() - started
-
     try:
-        yield ours, _Raw(raw_insert)
+        yield _timed(buffer), _Raw(raw_insert)
     finally:
         store.close()
         raw_conn.close()
@@ -166,13 +172,8 @@ def _postgresql(url: str, size: int) -> Iterator[tuple[Callable[[dict[str, Any]]
             "INSERT INTO messages (session, body) VALUES ('b', %s)", (body,), prepare=True
         )
 
-    def ours(msg: dict[str, Any]) -> int:
-        started = time.perf_counter_ns()
-        buffer.append(msg)
-        return time.perf_counter_ns() - started
-
     try:
-        yield ours, _Raw(raw_insert)
+        yield _timed(buffer), _Raw(raw_insert)
     finally:
         store.close()
         raw_conn.close()
