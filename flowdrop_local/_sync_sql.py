@@ -109,9 +109,9 @@ SYNC_TABLES: tuple[str, ...] = (
 # moves and removals are quiet (a row in temp.flowdrop_sync_quiet, rolled back
 # with the sync). A buffer's row is gone before its cascade deletes its messages:
 # the buffer's trigger records them first.
-_NEXT_SEQ = (
+_NEXT_SEQ = (  # (the derived table is named: PostgreSQL before 16 wants an alias)
     "(SELECT coalesce(max(n), 0) FROM (SELECT max(seq) AS n FROM flowdrop_sync_tombstones "
-    "UNION ALL SELECT max(acked) FROM flowdrop_sync_acks))"
+    "UNION ALL SELECT max(acked) FROM flowdrop_sync_acks) AS known)"
 )
 _SQLITE_NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 _CONVERSATION_PUT = (
@@ -269,9 +269,13 @@ SYNC_COMMON: dict[str, str] = {
         "VALUES (?, ?, ?, ?, ?) ON CONFLICT (scope, scope_id, key) DO UPDATE SET "
         "stamp = excluded.stamp, deleted = excluded.deleted"
     ),
+    # With the time of its last message: buffers.updated_at moves at most once a
+    # minute on appends, too coarse to order an append against a deletion.
     "sync_conversation_row": (
-        "SELECT id, title, metadata, created_at, updated_at FROM buffers "
-        "WHERE scope = ? AND scope_id = ? AND key = ?"
+        "SELECT b.id, b.title, b.metadata, b.created_at, b.updated_at, "
+        "(SELECT m.created_at FROM messages AS m WHERE m.buffer_id = b.id "
+        "ORDER BY m.position DESC LIMIT 1) FROM buffers AS b "
+        "WHERE b.scope = ? AND b.scope_id = ? AND b.key = ?"
     ),
     "sync_hlc_put": (
         "INSERT INTO flowdrop_sync_hlc (kind, stamp) VALUES (?, ?) "

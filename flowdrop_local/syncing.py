@@ -57,6 +57,7 @@ import attrs
 from ._sync_sql import PG_DELETE_TRIGGERS, SQLITE_DELETE_TRIGGERS, SYNC_TABLES
 from .access import IDENTITY_SCOPES, resolve_address
 from .backends.base import Tx
+from .buffer import check_title, checked_json
 from .engine import drive, heal, remove_message
 from .errors import (
     InvalidAddress,
@@ -713,7 +714,7 @@ def _row_problem(entry: Entry) -> str | None:
         )
     if len(entry.metadata) > MAX_MESSAGE_CHARS:
         return f"has metadata longer than {MAX_MESSAGE_CHARS:,} characters"
-    if '"healed"' in entry.metadata:
+    if entry.role == "tool" or "healed" in entry.metadata:  # (JSON may escape the key)
         metadata = json.loads(entry.metadata)
         if metadata.get("healed") is True:
             call_id = metadata.get("tool_call_id")
@@ -730,7 +731,6 @@ def _placeholder_problem(entry: Entry, content: str) -> str | None:
     """A healed mark on a row whose content is not the placeholder's."""
     if (
         entry.role == "tool"
-        and '"healed"' in entry.metadata
         and content != PLACEHOLDER_CONTENT
         and json.loads(entry.metadata).get("healed") is True
     ):
@@ -945,8 +945,9 @@ def _run(
     # never what a sync sent: a sync whose other half was lost acknowledged nothing.
     for source, target in ((a, b), (b, a)):
         row = target.tx.one("sync_peer", (source.replica,))
-        if row is not None:
-            source.tx.run("sync_ack_put", (target.replica, int(row[0])))
+        if row is not None:  # a peer cannot have received a number never given
+            acked = min(max(0, int(row[0])), source.first_seq)
+            source.tx.run("sync_ack_put", (target.replica, acked))
     for side in sides:  # what these scopes leave out, so "in sync" never hides it
         buffers, memory = _left_out(side.tx, scopes)
         report.add(f"buffers_left_out_{side.label}", buffers)
@@ -1322,8 +1323,16 @@ def _conversation_versions(
                 gone = mark is not None and mark[1]
                 version = Version(min(mark[0], ceiling), True, "") if gone and mark else None
             else:
+                try:  # a peer's name is untrusted input, as a caller's set_title is
+                    check_title(str(row[1]))
+                    checked_json(json.loads(str(row[2])))
+                except InvalidArgument as error:
+                    raise SyncRefused(
+                        side.store.path, "/".join(address), f"(a conversation) has {error}"
+                    ) from None
                 named = mark[0] if mark is not None and not mark[1] else stamp(str(row[3]))
-                when = min(max(named, stamp(str(row[4]))), ceiling)
+                last = stamp(str(row[5])) if row[5] else ""
+                when = min(max(named, stamp(str(row[4])), last), ceiling)
                 text = json.dumps([str(row[1]), json.loads(str(row[2]))], sort_keys=True)
                 version = Version(when, False, text)
             versions[address][side.label] = _Conversation(version, row, mark)
@@ -1363,12 +1372,18 @@ def _sync_conversations(
                 continue
             title, metadata = json.loads(winner.text)
             text = json.dumps(metadata, ensure_ascii=False, sort_keys=True)
-            if row is None:
+            made = row is None
+            if made:
                 side.tx.run("create_buffer", address)
                 row = side.tx.one("sync_conversation_row", address)
                 side.views.pop(address, None)
-            if (str(row[1]), json.loads(str(row[2]))) != (title, metadata):
-                side.tx.run("import_conversation", (title, text, None, int(row[0])))
+            assert row is not None
+            other = held["b" if side is a else "a"].row
+            created = other[3] if made and other is not None else None  # one created_at
+            differs = (str(row[1]), json.loads(str(row[2]))) != (title, metadata)
+            if made or differs:
+                side.tx.run("import_conversation", (title, text, created, int(row[0])))
+            if differs:
                 report.add(f"conversations_named_on_{side.label}", 1)
             if found.recorded is not None or (title, metadata) != ("", {}):
                 side.tx.run("sync_conversation_put", (*address, winner.stamp, 0))

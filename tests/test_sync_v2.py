@@ -891,3 +891,96 @@ def test_a_clock_set_back_behind_the_last_mark_makes_the_sync_read_everything(
     report = sync(a, b)
     assert contents(a) == contents(b)
     assert report.clock_went_back == 1
+
+
+# ------------------------------------- found by a fresh-eyes review of the changes above
+
+
+def test_an_append_made_after_the_other_side_deleted_the_conversation_survives(
+    tmp_path: Path,
+) -> None:
+    """An append moves buffers.updated_at at most once a minute: the conversation's
+    version is also dated by its last message, so a turn written after the other
+    side's deletion keeps the conversation (it was lost with it)."""
+    import time
+
+    a, b = pair(tmp_path)
+    b.buffer(*ADDRESS).append(user("m1"))
+    sync(a, b)
+    time.sleep(0.05)
+    a.buffer(*ADDRESS).delete()
+    time.sleep(0.05)
+    b.buffer(*ADDRESS).append(user("m2, after the delete"))
+    sync(a, b)
+    for store in (a, b):
+        assert contents(store)[ADDRESS] == [("user", "m2, after the delete")], store.path
+
+
+def test_an_escaped_healed_key_is_still_a_healed_mark(tmp_path: Path) -> None:
+    """JSON may spell a key with escapes (\\u0068ealed): the check reads the JSON."""
+    from flowdrop_local import SyncRefused
+
+    a, b = pair(tmp_path)
+    b.buffer(*ADDRESS).append(
+        [
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1"}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "real"},
+        ]
+    )
+    b.close()
+    _tamper(
+        b.path,
+        """UPDATE messages SET metadata = '{"tool_call_id":"c1","\\u0068ealed":true}' """
+        "WHERE role = 'tool'",
+    )
+    b = Store(b.path)
+    with pytest.raises(SyncRefused, match="healed"):
+        sync(a, b)
+    assert a.check() == []
+
+
+def test_a_peers_conversation_name_is_checked_as_set_title_checks_one(tmp_path: Path) -> None:
+    from flowdrop_local import SyncRefused
+
+    a, b = pair(tmp_path)
+    b.buffer(*ADDRESS).append(user("q"))
+    b.close()
+    _tamper(b.path, "UPDATE buffers SET title = ?", "x" * 5000)
+    b = Store(b.path)
+    before = (_everything(a), _everything(b))
+    with pytest.raises(SyncRefused, match="title"):
+        sync(a, b)
+    assert (_everything(a), _everything(b)) == before
+
+
+def test_a_peers_acknowledgement_is_bounded_by_what_was_given(tmp_path: Path) -> None:
+    """A peer claiming to have received change 2**63 - 1 gets acknowledged only as
+    far as this store has numbered: its next deletion is still numbered in order."""
+    import sqlite3
+
+    from flowdrop_local.syncing import replica_id
+
+    a, b = pair(tmp_path)
+    a.buffer(*ADDRESS).append([user("q"), user("r")])
+    sync(a, b, "all")
+    b.close()
+    _tamper(
+        b.path,
+        "UPDATE flowdrop_sync_peers SET received = ? WHERE peer = ?",
+        2**63 - 1,
+        replica_id(a),
+    )
+    b = Store(b.path)
+    sync(a, b, "all")
+    a.buffer(*ADDRESS).pop()
+    conn = sqlite3.connect(a.path)
+    seqs = [r[0] for r in conn.execute("SELECT seq FROM flowdrop_sync_tombstones")]
+    acked = [r[0] for r in conn.execute("SELECT acked FROM flowdrop_sync_acks")]
+    assert all(isinstance(n, int) and n < 1000 for n in seqs + acked), (seqs, acked)
+
+
+def test_a_conversation_the_sync_makes_keeps_its_created_at(tmp_path: Path) -> None:
+    a, b = pair(tmp_path)
+    a.buffer(*ADDRESS).set_title("named")
+    sync(a, b)
+    assert a.buffer(*ADDRESS).info().created_at == b.buffer(*ADDRESS).info().created_at
