@@ -183,11 +183,15 @@ def _big(path: Path) -> None:
 @pytest.mark.parametrize(
     ("damage", "words"),
     [
-        ("truncated", "the file cannot be opened"),
-        ("root page of messages overwritten", "cannot read the buffer"),
+        ("truncated", ("the file cannot be opened",)),
+        # What a read of the broken page gives depends on the ids on it (random):
+        # the buffer cannot be read, or only part of it is, against its count.
+        ("root page of messages overwritten", ("cannot read the buffer", "the buffer holds")),
     ],
 )
-def test_corrupt_file_is_a_finding_exit_1(tmp_path: Path, damage: str, words: str) -> None:
+def test_corrupt_file_is_a_finding_exit_1(
+    tmp_path: Path, damage: str, words: tuple[str, ...]
+) -> None:
     """check on a damaged SQLite file exits 1 with integrity_check findings (not 2, bad input)."""
     path = tmp_path / "x.db"
     _big(path)
@@ -205,7 +209,8 @@ def test_corrupt_file_is_a_finding_exit_1(tmp_path: Path, damage: str, words: st
             file.write(b"\xff" * 64)
     result = CliRunner().invoke(cli, ["--db", str(path), "check"])
     assert result.exit_code == 1, result.output
-    assert result.stdout.startswith("integrity_check:") and words in result.stdout
+    assert result.stdout.startswith("integrity_check:")
+    assert any(w in result.stdout for w in words), result.stdout
     assert "Traceback" not in result.output
     report = json.loads(CliRunner().invoke(cli, ["--db", str(path), "check", "--json"]).stdout)
     assert report["ok"] is False and report["violations"][0]["check"] == "integrity_check"
