@@ -986,9 +986,7 @@ def _run(
                 "message in a store; give one of them another id, then sync again"
             )
     # Conversations (title, metadata, existence) as they stand before anything moves.
-    marks_since = {
-        s.label: "" if marks is None else _before(marks[s.label], MARGIN) for s in sides
-    }
+    marks_since = {s.label: "" if marks is None else _before(marks[s.label], MARGIN) for s in sides}
     conversations = _conversation_versions(a, b, addresses, scopes, marks_since)
     # 1. What each side deleted since its last sync becomes its tombstones (a buffer
     # unchanged or only appended to since has lost nothing).
@@ -1357,7 +1355,7 @@ def _sync_conversations(
                     side.tx.run("sync_state_drop", address)  # nothing held: none to compare
                     deleted.add(address)
                 continue
-            row = side.tx.one("sync_conversation_row", address) if found.row else None
+            row = found.row  # as read before the tombstones: its id, title and metadata stand
             if winner.deleted:
                 if row is not None:
                     ids = [e.id for e in side.entries(int(row[0]))]

@@ -214,32 +214,19 @@ def test_copy_and_a_full_export_carry_titles_and_metadata(tmp_path: Path) -> Non
         ("global", "", "k"): ("named", {}),
         ("user", "7", "notes"): ("", {"color": "blue"}),
     }
+    renamed = [
+        {
+            "record": "conversation",
+            "scope": "global",
+            "scope_id": "",
+            "key": "k",
+            "title": "other",
+            "metadata": {},
+        }
+    ]
     with pytest.raises(Exception, match="another title"):
-        c.import_records(
-            [
-                {
-                    "record": "conversation",
-                    "scope": "global",
-                    "scope_id": "",
-                    "key": "k",
-                    "title": "other",
-                    "metadata": {},
-                }
-            ]
-        )
-    c.import_records(
-        [
-            {
-                "record": "conversation",
-                "scope": "global",
-                "scope_id": "",
-                "key": "k",
-                "title": "other",
-                "metadata": {},
-            }
-        ],
-        replace=True,
-    )
+        c.import_records(renamed)
+    c.import_records(renamed, replace=True)
     assert _named(c)[("global", "", "k")] == ("other", {})
 
 
