@@ -50,9 +50,10 @@ LONG_SIZE = 100_000
 
 
 class CountingServer(http.server.ThreadingHTTPServer):
-    """A stand-in for a remote image host: it counts the requests it gets."""
+    """A stand-in for a remote image host, or another local server: what it is sent."""
 
     hits: list[str]
+    cookies: list[str]
 
 
 class _Count(http.server.BaseHTTPRequestHandler):
@@ -60,9 +61,13 @@ class _Count(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.server.hits.append(self.path)
-        self.send_response(404)
-        self.send_header("Content-Length", "0")
+        self.server.cookies.append(self.headers.get("Cookie") or "")
+        body = b"" if self.path.endswith(".png") else b"another local server"
+        self.send_response(200 if body else 404)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -72,6 +77,7 @@ class _Count(http.server.BaseHTTPRequestHandler):
 def counting_server() -> Iterator[CountingServer]:
     server = CountingServer(("127.0.0.1", 0), _Count)
     server.hits = []
+    server.cookies = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -181,14 +187,22 @@ def build(path: Path, remote_port: int, *, long_size: int = LONG_SIZE) -> None:
 
 
 @contextmanager
-def serving(db: Path | str, *args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """``flowdrop-local serve --no-browser --db DB`` as a real process; yields its first line."""
-    command = [sys.executable, "-m", "flowdrop_local.cli", "serve", "--no-browser"]
+def serving(
+    db: Path | str, *args: str, browser: bool = False, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """``flowdrop-local serve --no-browser --db DB`` as a real process; yields its first line.
+
+    ``browser``: without ``--no-browser`` (``$BROWSER`` in ``env`` says which one).
+    """
+    command = [sys.executable, "-m", "flowdrop_local.cli", "serve"]
+    if not browser:
+        command.append("--no-browser")
     process = subprocess.Popen(
         [*command, "--db", str(db), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
     try:
         assert process.stdout is not None
@@ -209,34 +223,98 @@ def serving(db: Path | str, *args: str) -> Iterator[tuple[str, subprocess.Popen[
                 stream.close()
 
 
-def request(
+def connect(url: str, timeout: float = 30) -> http.client.HTTPConnection:
+    """A connection to the server of ``url``.
+
+    A name under ``.localhost`` is the loopback address, as browsers resolve it
+    (RFC 6761); this machine's resolver need not know it.
+    """
+    parts = urllib.parse.urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    name = "127.0.0.1" if parts.hostname.endswith(".localhost") else parts.hostname
+    return http.client.HTTPConnection(name, parts.port, timeout=timeout)
+
+
+def get(
     url: str,
-    path: str,
     *,
-    token: bool = True,
     host: str | None = None,
     cookie: str | None = None,
     method: str = "GET",
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, http.client.HTTPMessage, bytes]:
-    """One HTTP request to the viewer at ``url`` (the printed line), Host and cookie as given."""
+    """One request for ``url``'s path and query, with its Host (or ``host``); no redirect."""
     parts = urllib.parse.urlsplit(url)
-    secret = urllib.parse.parse_qs(parts.query)["token"][0]
-    if token:
-        path += ("&" if "?" in path else "?") + "token=" + secret
-    assert parts.hostname is not None and parts.port is not None
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    conn = connect(url)
     try:
-        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        conn.putrequest(method, parts.path + ("?" + parts.query if parts.query else ""),
+                        skip_host=True, skip_accept_encoding=True)  # fmt: skip
         if host != "":
             conn.putheader("Host", host or parts.netloc)
         if cookie is not None:
             conn.putheader("Cookie", cookie)
+        for name, value in (headers or {}).items():
+            conn.putheader(name, value)
         conn.putheader("Content-Length", "0")
         conn.endheaders()
         response = conn.getresponse()
         return response.status, response.headers, response.read()
     finally:
         conn.close()
+
+
+_SESSIONS: dict[str, str] = {}
+
+
+def session_cookie(url: str) -> str:
+    """The cookie (``name=value``) a browser holds once it opened the printed ``url``.
+
+    The printed link works once: it is opened here once per URL and the cookie kept.
+    """
+    if url not in _SESSIONS:
+        status, headers, body = get(url)
+        cookie = headers["Set-Cookie"]
+        assert cookie, (status, body)
+        _SESSIONS[url] = cookie.split(";")[0]
+    return _SESSIONS[url]
+
+
+def origin(url: str) -> str:
+    """``scheme://host:port`` of ``url``."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def replay(url: str, cookie: str | None = None) -> int:
+    """What a client holding only ``url`` (and ``cookie``) gets from the conversations API.
+
+    It opens ``url`` as a browser would, keeps any cookie it is given, then asks
+    for the conversations: 200 means ``url`` (or ``cookie``) was a way in.
+    """
+    status, headers, _ = get(url, cookie=cookie)
+    given = headers["Set-Cookie"]
+    if given:
+        cookie = given.split(";")[0]
+    status, _, _ = get(origin(url) + "/api/conversations", cookie=cookie)
+    return status
+
+
+def request(
+    url: str,
+    path: str,
+    *,
+    session: bool = True,
+    host: str | None = None,
+    cookie: str | None = None,
+    method: str = "GET",
+) -> tuple[int, http.client.HTTPMessage, bytes]:
+    """One HTTP request to the viewer at ``url`` (the printed line), Host and cookie as given.
+
+    ``session``: with the cookie the printed link gave (unless ``cookie`` is given).
+    """
+    if session and cookie is None:
+        cookie = session_cookie(url)
+    return get(origin(url) + path, host=host, cookie=cookie, method=method)
 
 
 def address_query(address: tuple[str, str, str], **extra: str | int) -> str:

@@ -12,15 +12,21 @@ Screenshots go to ``$FLOWDROP_ARTIFACTS`` (else ``tests/artifacts/``, git-ignore
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import sqlite3
+import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-from flowdrop_local.viewer.catalog import SEARCH_HINT
+from flowdrop_local.viewer.catalog import SEARCH_HINT, Catalog
+from flowdrop_local.viewer.server import ViewerServer, open_read_only
 
 from ._viewer import (
     LONG_SIZE,
@@ -29,12 +35,16 @@ from ._viewer import (
     SCRIPT,
     CountingServer,
     artifacts,
+    counting_server,
+    origin,
     remote_image_url,
+    replay,
     serving,
+    session_cookie,
 )
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, Page, Playwright
 
 CHROMIUM = os.environ.get("FLOWDROP_CHROMIUM", "/usr/bin/chromium")
 DOCS_SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "viewer.png"
@@ -46,22 +56,32 @@ def _no_browser(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+def _chromium() -> None:
+    if not os.access(CHROMIUM, os.X_OK):
+        _no_browser(f"no browser: {CHROMIUM} not found (apt-get install chromium)")
+
+
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """Headless Chromium from the system, started once for the module."""
+def playwright() -> Iterator[Playwright]:
+    """Playwright, for the system's Chromium only."""
     os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as error:
         _no_browser(f"no browser: the playwright package is missing ({error})")
-    if not os.access(CHROMIUM, os.X_OK):
-        _no_browser(f"no browser: {CHROMIUM} not found (apt-get install chromium)")
+    _chromium()
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-        try:
-            yield browser
-        finally:
-            browser.close()
+        yield playwright
+
+
+@pytest.fixture(scope="module")
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    """Headless Chromium from the system, started once for the module."""
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+    try:
+        yield browser
+    finally:
+        browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +93,14 @@ def url(viewer_db: Path) -> Iterator[str]:
 
 @pytest.fixture
 def page(browser: Browser, url: str) -> Iterator[Page]:
-    """A fresh page at the printed URL; fails the test on any dialog or CSP report."""
+    """A fresh page of the viewer; fails the test on any dialog or CSP report.
+
+    The printed link works once, so each page's browser context is given the
+    cookie that link gave (as a browser that opened it holds it).
+    """
     context = browser.new_context(viewport={"width": 1180, "height": 820})
+    name, _, value = session_cookie(url).partition("=")
+    context.add_cookies([{"name": name, "value": value, "url": origin(url) + "/"}])
     page = context.new_page()
     problems: list[str] = []
     page.on("dialog", lambda dialog: problems.append(f"dialog: {dialog.message}"))
@@ -85,7 +111,7 @@ def page(browser: Browser, url: str) -> Iterator[Page]:
         else None,
     )
     page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.goto(url)
+    page.goto(origin(url) + "/")
     page.wait_for_selector("#conversations .open")
     try:
         yield page
@@ -191,3 +217,142 @@ def test_a_100_000_message_conversation_shows_its_last_page_in_under_a_second(
         f"{LONG_SIZE} messages, 100 shown"
     )
     assert elapsed < 1.0, f"{elapsed:.3f} s"
+
+
+# ------------------------------------------------- the token stays with the viewer
+
+
+def test_a_page_on_another_local_port_gets_no_cookie_and_no_data(
+    browser: Browser, viewer_db: Path
+) -> None:
+    """Cookies ignore ports: after the printed link, another local server sees none of ours.
+
+    The browser opens the printed URL, then goes to a server of another process on
+    127.0.0.1 and on localhost (any local user can listen there). That server must
+    receive no viewer cookie, and whatever it did receive opens no data.
+    """
+    with serving(viewer_db) as (line, _), counting_server() as other:
+        context = browser.new_context()
+        try:
+            page = context.new_page()
+            page.goto(line)
+            page.wait_for_selector("#conversations .open")
+            port = other.server_address[1]
+            for name in ("127.0.0.1", "localhost"):
+                page.goto(f"http://{name}:{port}/")
+        finally:
+            context.close()
+        assert len(other.cookies) >= 2
+        assert [c for c in other.cookies if "flowdrop" in c] == []
+        for cookie in {c for c in other.cookies if c}:
+            assert replay(origin(line) + "/", cookie) == 403
+
+
+def test_the_address_bar_and_the_history_hold_no_way_in(
+    playwright: Playwright, viewer_db: Path, tmp_path: Path
+) -> None:
+    """After the printed link, the address bar is the bare page, and every address the
+    browser's history database (Chromium's ``History``) holds opens no data."""
+    profile = tmp_path / "profile"
+    with serving(viewer_db) as (line, _):
+        context = playwright.chromium.launch_persistent_context(
+            profile, executable_path=CHROMIUM, headless=True
+        )
+        try:
+            page = context.new_page()
+            page.goto(line)
+            page.wait_for_selector("#conversations .open")
+            assert page.url == origin(line) + "/"
+            assert page.evaluate("location.search + location.hash") == ""
+        finally:
+            context.close()
+        with sqlite3.connect(profile / "Default" / "History") as history:
+            urls = [row[0] for row in history.execute("SELECT url FROM urls")]
+        port = urllib.parse.urlsplit(line).port
+        ours = [u for u in urls if urllib.parse.urlsplit(u).port == port]
+        assert ours, urls  # the history was recorded
+        for address in ours:
+            assert replay(address) == 403, address
+
+
+def test_the_launch_page_opens_the_viewer(browser: Browser, viewer_db: Path) -> None:
+    """The ``file:`` page ``serve`` opens the browser on leads to the viewer with its data
+    (a navigation from a file is cross-site: the data still comes, the page is bare)."""
+    with open_read_only(str(viewer_db)) as store:
+        server = ViewerServer(Catalog(store))
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        context = browser.new_context()
+        try:
+            page = context.new_page()
+            page.goto(server.write_launch_page().as_uri())
+            page.wait_for_selector("#conversations .open")
+            assert page.url == server.origin + "/"
+            assert server.launch_page is None  # used, so removed
+        finally:
+            context.close()
+            server.shutdown()
+            server.server_close()
+
+
+def _processes_with(marker: str) -> dict[int, list[str]]:
+    """The command lines (argument lists) of this machine's processes that hold ``marker``."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(marker in arg for arg in args):
+            found[int(entry.name)] = args
+    return found
+
+
+def test_the_launched_browser_command_line_holds_no_secret(
+    viewer_db: Path, tmp_path: Path
+) -> None:
+    """Any local user reads ``/proc/<pid>/cmdline``: the browser ``serve`` starts (through
+    ``$BROWSER``, as ``webbrowser`` does) is given no part of the printed link's secret,
+    and still opens the viewer; the printed link then still works."""
+    _chromium()
+    if not Path("/proc/self/cmdline").exists():
+        pytest.skip("no /proc")
+    profile = tmp_path / "launched-profile"
+    launcher = tmp_path / "browser"  # the system's Chromium, headless, in its own profile
+    launcher.write_text(
+        f'#!/bin/sh\nexec {CHROMIUM} --headless --no-sandbox --disable-gpu '
+        f'--user-data-dir={profile} "$@"\n'
+    )
+    launcher.chmod(0o755)
+    env = {**os.environ, "BROWSER": str(launcher)}
+    with serving(viewer_db, browser=True, env=env) as (line, _):
+        parts = urllib.parse.urlsplit(line)
+        secrets = [v for values in urllib.parse.parse_qs(parts.query).values() for v in values]
+        assert parts.hostname is not None
+        if parts.hostname.endswith(".localhost"):  # a per-launch name is a secret too
+            secrets.append(parts.hostname.removesuffix(".localhost"))
+        assert secrets and all(len(s) >= 16 for s in secrets)
+        found: dict[int, list[str]] = {}
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not found:
+                found = _processes_with(str(profile))
+                time.sleep(0.1)
+            assert found, "the browser did not start"
+            opened = [a for args in found.values() for a in args if "://" in a]
+            assert opened, found
+            for args in found.values():
+                for secret in secrets:
+                    assert not [a for a in args if secret in a], (secret, args)
+            # What it was given is the page that opened the viewer; once used, it is gone.
+            (page,) = {urllib.parse.urlsplit(a).path for a in opened if a.startswith("file:")}
+            while time.monotonic() < deadline and Path(page).exists():
+                time.sleep(0.1)
+            assert not Path(page).exists(), "the browser never opened the viewer"
+            assert replay(line) == 200  # the printed link was not used up by the browser
+        finally:
+            for pid in found:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)

@@ -7,12 +7,16 @@ the page and ``Buffer._repr_html_`` share, paging and the search hint.
 
 from __future__ import annotations
 
+import contextlib
 import html.parser
 import json
 import os
 import re
+import select
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import zipfile
@@ -42,9 +46,13 @@ from ._viewer import (
     XSS,
     CountingServer,
     address_query,
+    get,
+    origin,
     remote_image_url,
+    replay,
     request,
     serving,
+    session_cookie,
 )
 from .conftest import snapshot
 
@@ -69,14 +77,17 @@ def api(url: str, path: str) -> Any:
 # ------------------------------------------------------------------ the process
 
 
-def test_first_line_is_the_url_with_a_random_token(served: str, viewer_db: Path) -> None:
-    """127.0.0.1, an ephemeral port, a token of 43 URL-safe characters; a second run differs."""
-    pattern = r"http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9_-]{43})"
-    match = re.fullmatch(pattern, served)
-    assert match and int(match.group(1)) > 0
+URL = r"http://([0-9a-f]{32})\.localhost:(\d+)/\?code=([A-Za-z0-9_-]{43})"
+
+
+def test_first_line_is_the_url_with_a_random_name_and_code(served: str, viewer_db: Path) -> None:
+    """A per-launch name under localhost, an ephemeral port, a one-time code of 43
+    URL-safe characters; a second run differs in both."""
+    match = re.fullmatch(URL, served)
+    assert match and int(match.group(2)) > 0
     with serving(viewer_db) as (other, _):
-        second = re.fullmatch(pattern, other)
-        assert second and second.group(2) != match.group(2)
+        second = re.fullmatch(URL, other)
+        assert second and second.group(1) != match.group(1) and second.group(3) != match.group(3)
 
 
 def test_serve_stops_on_interrupt_and_says_where_on_stderr(viewer_db: Path) -> None:
@@ -90,58 +101,188 @@ def test_serve_stops_on_interrupt_and_says_where_on_stderr(viewer_db: Path) -> N
         assert "press Ctrl-C to stop" in process.stderr.read()
 
 
+# --------------------------------------------------------------- slow clients
+
+
+def _threads(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^Threads:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+
+
+def test_slow_clients_are_answered_408_or_503_and_hold_little(viewer_db: Path) -> None:
+    """40 half-sent requests, and 3 that send a byte a second and never finish: each
+    is answered 408 (its head took over 10 s) or 503 (too many open connections, at
+    once) and closed, well within 15 s; the server's threads stay bounded; then a
+    whole request is served."""
+    if not Path("/proc/self/status").exists():
+        pytest.skip("no /proc to count threads")
+    with serving(viewer_db) as (url, process):
+        parts = urllib.parse.urlsplit(url)
+        assert parts.hostname is not None and parts.port is not None
+        name = "127.0.0.1" if parts.hostname.endswith(".localhost") else parts.hostname
+        head = f"GET /api/conversations HTTP/1.1\r\nHost: {parts.netloc}\r\n".encode()
+        drip = b"ET / HTTP/1.1\r\nX-Slow: " + b"a" * 100  # after a first "G"
+        opened: dict[socket.socket, float] = {}
+        drips: list[socket.socket] = []
+        for index in range(43):
+            client = socket.create_connection((name, parts.port), timeout=5)
+            opened[client] = time.monotonic()
+            client.sendall(b"G" if index < 3 else head)
+            if index < 3:
+                drips.append(client)
+        started = time.monotonic()
+        threads = 0
+        answers = {client: b"" for client in opened}
+        first: dict[socket.socket, float] = {}
+        open_ = set(opened)
+        sent = 0
+        try:
+            while open_ and time.monotonic() < started + 15:
+                if not threads and time.monotonic() > started + 1:
+                    threads = _threads(process.pid)
+                if sent < len(drip) and time.monotonic() > started + sent:
+                    for client in drips:
+                        if client in open_ and client not in first:
+                            with contextlib.suppress(OSError):
+                                client.send(drip[sent : sent + 1])
+                    sent += 1
+                readable, _, _ = select.select(list(open_), [], [], 0.2)
+                for client in readable:
+                    try:
+                        data = client.recv(65536)
+                    except ConnectionResetError:
+                        data = b""
+                    first.setdefault(client, time.monotonic())
+                    answers[client] += data
+                    if not data:
+                        open_.discard(client)
+            assert not open_, f"{len(open_)} connections still held after 15 s"
+        finally:
+            for client in opened:
+                client.close()
+        statuses = {client: answer.split(b" ", 2)[1:2] for client, answer in answers.items()}
+        assert {c: s for c, s in statuses.items() if s not in ([b"408"], [b"503"])} == {}
+        assert all(statuses[client] == [b"408"] for client in drips)  # a slow drip is no escape
+        refused = [c for c, s in statuses.items() if s == [b"503"]]
+        assert refused and all(first[c] - opened[c] < 2 for c in refused)  # at once
+        assert 0 < threads < 43, threads
+        assert request(url, "/api/conversations")[0] == 200
+
+
 # ---------------------------------------------------------------------- token
 
-PATHS = [
-    "/",
-    "/static/app.js",
-    "/static/style.css",
-    "/api/conversations",
-    f"/api/transcript?{address_query(AGENT)}",
-    "/api/search?q=rain",
-]
+PAGE = ["/", "/static/app.js", "/static/style.css"]
+DATA = ["/api/conversations", f"/api/transcript?{address_query(AGENT)}", "/api/search?q=rain"]
+PATHS = PAGE + DATA
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", DATA)
 @pytest.mark.parametrize(
-    ("token", "cookie", "status"),
+    ("cookie", "status"),
     [
-        (False, None, 403),  # no token at all
-        (False, "flowdrop_token_{port}=wrong", 403),  # a wrong cookie
-        (False, "flowdrop_token_1={secret}", 403),  # the token under another viewer's name
-        (False, "flowdrop_token_{port}={secret}", 200),  # the cookie the first visit set
-        (True, None, 200),  # the token in the URL
+        (None, 403),  # no cookie at all
+        ("flowdrop_session_{port}=wrong", 403),  # a wrong cookie
+        ("flowdrop_session_1={session}", 403),  # the session under another viewer's name
+        ("flowdrop_session_{port}={code}", 403),  # the printed code is not a session
+        ("flowdrop_session_{port}={session}", 200),  # the cookie the printed link set
     ],
-    ids=["none", "wrong-cookie", "other-port-cookie", "cookie", "query"],
+    ids=["none", "wrong-cookie", "other-port-cookie", "code-as-cookie", "cookie"],
 )
-def test_every_request_needs_the_token(
-    served: str, path: str, token: bool, cookie: str | None, status: int
+def test_the_data_needs_the_session_cookie(
+    served: str, path: str, cookie: str | None, status: int
 ) -> None:
-    """Without the token (URL or cookie) every page and endpoint is 403 and shows no data."""
+    """Without the cookie the printed link gave, every data endpoint is 403 and shows no data."""
     parts = urllib.parse.urlsplit(served)
-    secret = urllib.parse.parse_qs(parts.query)["token"][0]
+    code = urllib.parse.parse_qs(parts.query)["code"][0]
+    session = session_cookie(served).partition("=")[2]
     if cookie is not None:
-        cookie = cookie.format(port=parts.port, secret=secret)
-    got, headers, body = request(served, path, token=token, cookie=cookie)
+        cookie = cookie.format(port=parts.port, code=code, session=session)
+    got, headers, body = request(served, path, session=False, cookie=cookie)
     assert got == status, body
     if status == 403:
         assert b"weather" not in body and b"Lisbon" not in body
         assert headers["Content-Security-Policy"] == CSP
+    got, _, body = request(served, f"{path}{'&' if '?' in path else '?'}code={code}", session=False)
+    assert got == 403 and b"weather" not in body  # a code is traded at / only
 
 
-def test_a_wrong_token_in_the_url_is_refused(served: str) -> None:
-    """A guessed token gets 403, and no cookie."""
-    status, headers, _ = request(served, "/?token=guess", token=False)
-    assert status == 403 and headers["Set-Cookie"] is None
+@pytest.mark.parametrize("path", PAGE)
+def test_the_page_itself_is_the_packages_files(served: str, path: str) -> None:
+    """The page, script and style hold no data: served to anyone who names the host."""
+    got, _, body = request(served, path, session=False)
+    name = path.rpartition("/")[2] or "index.html"
+    assert got == 200 and body == (STATIC / name).read_bytes()
 
 
-def test_first_visit_sets_an_http_only_strict_cookie(served: str) -> None:
-    """The cookie is named by port (cookies ignore ports), HttpOnly, SameSite=Strict."""
-    port = urllib.parse.urlsplit(served).port
-    _, headers, _ = request(served, "/")
-    cookie = headers["Set-Cookie"]
-    assert cookie.startswith(f"flowdrop_token_{port}=")
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
+def test_the_printed_code_works_once(viewer_db: Path) -> None:
+    """Its first use sets an HttpOnly, SameSite=Strict cookie named by port and sends the
+    browser to the bare page; used again (or guessed), it gives nothing, except a
+    redirect to a browser that holds the cookie already."""
+    with serving(viewer_db) as (url, _):
+        port = urllib.parse.urlsplit(url).port
+        status, headers, _ = get(url)
+        assert status == 303 and headers["Location"] == "/"
+        cookie = headers["Set-Cookie"]
+        assert cookie.startswith(f"flowdrop_session_{port}=")
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
+        session = cookie.split(";")[0]
+        for again in (url, origin(url) + "/?code=guess", origin(url) + "/?code="):
+            status, headers, body = get(again)
+            assert status == 403 and headers["Set-Cookie"] is None, again
+            assert b"used already" in body
+        status, headers, _ = get(url, cookie=session)
+        assert status == 303 and headers["Location"] == "/" and headers["Set-Cookie"] is None
+        assert replay(url) == 403 and replay(origin(url) + "/", session) == 200
+
+
+def test_the_browser_page_is_private_expires_and_goes_once_used(tmp_path: Path) -> None:
+    """The page ``serve`` opens the browser on: 0600 in a 0700 folder of this user; its
+    code is a second one-time code (the printed one still works); the page is gone
+    once used, and a code past its lifetime opens nothing."""
+    with Store(tmp_path / "c.db") as store:
+        server = ViewerServer(Catalog(store))
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            page = server.write_launch_page()
+            assert page.stat().st_mode & 0o777 == 0o600
+            assert page.parent.stat().st_mode & 0o777 == 0o700
+            assert page.stat().st_uid == os.getuid()
+            (target,) = re.findall(r'url=([^"]+)"', page.read_text())
+            assert target.startswith(server.origin + "/?code=") and target != server.url
+            assert replay(target) == 200
+            assert not page.exists() and not page.parent.exists()
+            assert replay(target) == 403 and replay(server.url) == 200
+            server.launch_code_lifetime = 0.2
+            late = server.write_launch_page()
+            (target,) = re.findall(r'url=([^"]+)"', late.read_text())
+            time.sleep(0.3)
+            assert replay(target) == 403
+        finally:
+            server.shutdown()
+            server.server_close()
+    assert not late.exists() and not late.parent.exists()  # closing the server removes it
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},  # another port of the same host
+        {"Origin": "http://127.0.0.1:8888"},
+        {"Origin": "null"},
+    ],
+)
+def test_a_browser_request_from_another_site_gets_no_data(
+    served: str, headers: dict[str, str]
+) -> None:
+    """Even with the cookie: a page elsewhere cannot have the browser fetch the data."""
+    status, _, body = get(origin(served) + "/api/conversations",
+                          cookie=session_cookie(served), headers=headers)  # fmt: skip
+    assert status == 403 and b"weather" not in body
+    same = {"Sec-Fetch-Site": "same-origin", "Origin": origin(served)}
+    assert get(origin(served) + "/api/conversations",
+               cookie=session_cookie(served), headers=same)[0] == 200  # fmt: skip
 
 
 # ----------------------------------------------------------------------- Host
@@ -152,21 +293,39 @@ def test_first_visit_sets_an_http_only_strict_cookie(served: str) -> None:
     [
         ("evil.example:{port}", 403),  # a DNS-rebinding page sends its own name
         ("evil.example", 403),
-        ("127.0.0.1.evil.example:{port}", 403),
-        ("127.0.0.1:1{port}", 403),  # another port
-        ("127.0.0.1", 403),  # no port: port 80 is not ours
+        ("{name}.evil.example:{port}", 403),
+        ("{name}:1{port}", 403),  # another port
+        ("{name}", 403),  # no port: port 80 is not ours
         ("", 403),  # no Host header at all
-        ("127.0.0.1:{port}", 200),
-        ("localhost:{port}", 200),
-        ("LOCALHOST:{port}", 200),
-        ("[::1]:{port}", 200),
+        ("127.0.0.1:{port}", 403),  # the address: its cookies would go to every port
+        ("localhost:{port}", 403),
+        ("[::1]:{port}", 403),
+        ("other.localhost:{port}", 403),
+        ("{name}:{port}", 200),
+        ("{upper}:{port}", 200),
     ],
 )
 def test_host_header_must_name_this_server(served: str, host: str, status: int) -> None:
-    """Even with the right token, a foreign Host gets 403."""
-    port = urllib.parse.urlsplit(served).port
-    got, _, body = request(served, "/api/conversations", host=host.format(port=port))
+    """Even with the cookie, a Host other than the printed name gets 403."""
+    parts = urllib.parse.urlsplit(served)
+    assert parts.hostname is not None
+    host = host.format(port=parts.port, name=parts.hostname, upper=parts.hostname.upper())
+    got, _, body = request(served, "/api/conversations", host=host)
     assert got == status, body
+    got, _, body = request(served, "/", host=host)  # nor the page
+    assert got == status, body
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "0.0.0.0", "::1", "127.0.0.2"])
+def test_every_loopback_binding_answers_to_a_name_of_its_own(tmp_path: Path, host: str) -> None:
+    """The browser reaches each through loopback, where cookies would go to every port."""
+    with Store(tmp_path / "c.db") as store:
+        try:
+            server = ViewerServer(Catalog(store), host)
+        except InvalidArgument as error:  # no IPv6, or no 127.0.0.2, on this machine
+            pytest.skip(str(error))
+        server.server_close()
+    assert re.fullmatch(URL, server.url), server.url
 
 
 # ------------------------------------------------------------------ headers
@@ -523,8 +682,6 @@ def test_search_hits_are_passed_through_with_marked_terms_as_segments() -> None:
 
 def test_search_hits_reach_the_page_escaped() -> None:
     """Through a live server: the hit JSON carries the snippet as escaped text."""
-    import threading
-
     with _SearchingStore(":memory:") as store:
         store.calls = []
         server = ViewerServer(Catalog(store))

@@ -4,6 +4,11 @@
 "use strict";
 
 const PAGE = 100;
+
+// The printed link's one-time code is traded for a cookie at "/" and redirected
+// away; should an address with a query or fragment still reach the page, it
+// leaves the address bar and this history entry.
+if (location.search || location.hash) history.replaceState(null, "", "/");
 const state = { address: null, before: null, after: null };
 
 function $(id) {
