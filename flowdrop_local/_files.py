@@ -5,15 +5,27 @@ A database holds every conversation, so the library creates each file it writes
 gives the ``-wal``, ``-shm`` and ``-journal`` files the mode of their database.
 Creation is exclusive and does not follow a symbolic link, so a file or a
 dangling link planted at the path is never written through or overwritten.
+
+A symbolic link at a database path (or at its ``-wal``, ``-shm`` or ``-journal``)
+is refused on every open, :class:`~flowdrop_local.errors.SymlinkRefused`: SQLite
+would resolve it and write the file it names (creating it with the umask's mode,
+not 0600, if the link dangles). Only the last part of the path is looked at: a
+folder on the way may be a link (``/tmp`` on macOS is one).
+
+A libpq keyword/value string (``"dbname=chat host=localhost"``) given as a path is
+refused as well (:func:`refuse_connection_string`), rather than becoming a file of
+that name: PostgreSQL is given as a ``postgresql://`` URL.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sqlite3
+import stat
 
-from .errors import DatabaseNotFound, InvalidArgument
+from .errors import DatabaseNotFound, FlowdropError, InvalidArgument, SymlinkRefused
 
 PRIVATE_MODE = 0o600
 SIDECARS = ("-wal", "-shm", "-journal")
@@ -27,7 +39,8 @@ _CREATE_FLAGS = (
 
 
 def checked_path(path: object, what: str) -> str:
-    """``path`` as a str, or InvalidArgument naming ``what`` (a number, bytes, a NUL)."""
+    """``path`` as a str, or InvalidArgument naming ``what`` (a number, bytes, a NUL, a
+    libpq keyword/value string)."""
     if not isinstance(path, str | os.PathLike):
         raise InvalidArgument(
             f"{what} must be a path (str or os.PathLike), not {type(path).__name__}"
@@ -37,7 +50,68 @@ def checked_path(path: object, what: str) -> str:
         raise InvalidArgument(f"{what} must be a text path, not {type(text).__name__}")
     if not text or "\x00" in text:
         raise InvalidArgument(f"{what} must be a non-empty path without NUL characters: {text!r}")
+    refuse_connection_string(text, what)
     return text
+
+
+# libpq's connection keywords (PostgreSQL 18, "Parameter Key Words").
+_LIBPQ_KEYWORDS = frozenset(
+    """host hostaddr port dbname user password passfile require_auth channel_binding
+    connect_timeout client_encoding options application_name fallback_application_name
+    keepalives keepalives_idle keepalives_interval keepalives_count tcp_user_timeout
+    replication gssencmode sslmode sslnegotiation requiressl sslcompression sslcert
+    sslkey sslkeylogfile sslpassword sslcertmode sslrootcert sslcrl sslcrldir sslsni
+    requirepeer ssl_min_protocol_version ssl_max_protocol_version min_protocol_version
+    max_protocol_version krbsrvname gsslib gssdelegation service target_session_attrs
+    load_balance_hosts oauth_issuer oauth_client_id oauth_client_secret oauth_scope""".split()  # noqa: SIM905
+)
+# One ``keyword = value`` of a libpq string: a value is single-quoted (backslash
+# escapes) or a run of characters without white space.
+_CONNINFO_PAIR = re.compile(r"\s*([A-Za-z_]\w*)\s*=\s*(?:'(?:[^'\\]|\\.)*'|(?:[^\s'\\]|\\.)+)\s*")
+
+
+def refuse_connection_string(text: str, what: str) -> None:
+    """Raise InvalidArgument when ``text`` reads as a libpq keyword/value string.
+
+    That is: nothing but ``keyword=value`` pairs, one keyword at least being libpq's.
+    The message names the keywords only: a value may be a password.
+    """
+    keywords: list[str] = []
+    at = 0
+    while at < len(text):
+        pair = _CONNINFO_PAIR.match(text, at)
+        if pair is None:
+            return
+        keywords.append(pair.group(1))
+        at = pair.end()
+    if not _LIBPQ_KEYWORDS.intersection(keywords):
+        return
+    shown = " ".join(keyword + "=..." for keyword in keywords)
+    raise InvalidArgument(
+        f"{what} '{shown}' reads as a PostgreSQL keyword/value connection string, "
+        "not a file name: give PostgreSQL as a "
+        "postgresql:// URL (postgresql://USER@HOST:PORT/DBNAME?sslmode=...), and a file "
+        "of such a name with ./ before it"
+    )
+
+
+def refuse_link(path: str) -> None:
+    """Raise SymlinkRefused when ``path``, or its -wal, -shm or -journal, is a symbolic link.
+
+    SQLite refuses a linked sidecar itself, but with a message that reads as a
+    corrupt file; a link at the database path it follows.
+    """
+    for name in (path, *(path + suffix for suffix in SIDECARS)):
+        try:
+            mode = os.lstat(name).st_mode
+        except OSError:  # missing (or a folder on the way is not one): the open says so
+            continue
+        if stat.S_ISLNK(mode):
+            raise SymlinkRefused(
+                f"{name} is a symbolic link (to {os.readlink(name)}); flowdrop_local never "
+                "opens a database through a link, which would write the file it names: "
+                "give the path of the file itself"
+            )
 
 
 def folder_of(path: str) -> str:
@@ -62,23 +136,26 @@ def create_private(path: str) -> int:
     return os.open(path, _CREATE_FLAGS, PRIVATE_MODE)
 
 
-def open_or_create(path: str, create: bool) -> bool:
-    """Make sure a database file is at ``path`` before SQLite opens it; True if created here.
+def open_or_create(path: str, create: bool) -> int | None:
+    """Make sure a database file is at ``path`` before SQLite opens it.
 
-    One system call when the file exists (the common case: every open).
+    Returns the open descriptor of the file when it was created here (the caller
+    checks with :func:`same_file` that SQLite opened that file, then closes it, as
+    ``backup`` does), else None. The caller has refused a link (:func:`refuse_link`).
 
     Raises:
         DatabaseNotFound: the folder is missing, or the file is and ``create`` is false.
+        SymlinkRefused: a link was made at ``path`` since.
     """
     if create:
         try:
-            os.close(create_private(path))
+            return create_private(path)
         except FileExistsError:
-            return False
+            refuse_link(path)  # a link made since the look above
+            return None
         except FileNotFoundError:
             require_folder(path)
             raise
-        return True
     if not os.path.exists(path):
         require_folder(path)
         raise DatabaseNotFound(
@@ -86,7 +163,18 @@ def open_or_create(path: str, create: bool) -> bool:
             "(Store(create=False), or a command that only reads: check the path, "
             "--db or FLOWDROP_DB)"
         )
-    return False
+    return None
+
+
+def opened_as_created(fd: int, path: str) -> None:
+    """Raise SymlinkRefused (or FlowdropError) unless ``path`` is still the file created as ``fd``.
+
+    SQLite opens the path again after the library created it: a link or a file
+    swapped in between would be what it writes.
+    """
+    refuse_link(path)
+    if not same_file(fd, path):
+        raise FlowdropError(f"{path} was replaced while it was being created; not opening it")
 
 
 def set_defensive(conn: sqlite3.Connection) -> None:

@@ -176,3 +176,13 @@ class SyncIdConflict(FlowdropError, ValueError):
     """A message id names different messages on the two sides of a sync (a caller-supplied
     id reused in another buffer, or for another role): ids are store-wide keys, so the
     sync refuses and neither side changes."""
+
+
+class SymlinkRefused(FlowdropError, OSError):
+    """The database path (or its ``-wal``, ``-shm`` or ``-journal``) is a symbolic link.
+
+    A database holds every conversation and is created private: opened through a
+    link, SQLite would write the file the link points to (or create it, with the
+    umask's mode, not 0600), a file someone else may have chosen. Nothing is opened,
+    created or removed.
+    """

@@ -217,9 +217,9 @@ FOREIGN_OBJECTS = [
         "table pins",
     ),
     (
-        "a view reading ours",
-        'CREATE VIEW everything AS SELECT * FROM "Messages"',
-        "view everything",
+        "a view taking the search index's name",
+        "CREATE VIEW message_search_text AS SELECT 1 AS message_id, 'x' AS body",
+        "view message_search_text is not flowdrop_local's and takes a name",
     ),
 ]
 
@@ -278,6 +278,7 @@ ALLOWED_OBJECTS = [
         "BEGIN INSERT INTO notes_log VALUES (NEW.body); END; "
         "CREATE VIEW short_notes AS SELECT body FROM notes WHERE length(body) < 10",
     ),
+    ("the user's view reading ours", 'CREATE VIEW everything AS SELECT * FROM "Messages"'),
     (
         "our trigger re-created with other whitespace and comments",
         "DROP TRIGGER messages_place_is_fixed; CREATE TRIGGER messages_place_is_fixed\n"
