@@ -8,8 +8,9 @@ user_version`` and the file is marked with ``PRAGMA application_id``.
 
 Every open also compares the file's ``sqlite_master`` with the schema schema.sql
 makes (``verify_schema``), before any statement of the library runs: a file is
-untrusted input, and a trigger, view or index someone added (or one of ours they
-changed) would otherwise run its SQL inside the library's own transactions.
+untrusted input, and a trigger or index someone added (or one of ours they
+changed) would otherwise run its SQL inside the library's own transactions. The
+user's own views are allowed (``schema_problems`` says why).
 """
 
 from __future__ import annotations
@@ -500,12 +501,28 @@ def _names_ours(type_: str, name: str, table: str, sql: str | None) -> set[str]:
     return named
 
 
+def _takes_our_name(name: str) -> bool:
+    """Whether ``name`` is one the library makes or reads: schema.sql's, the search
+    index's (made by ``enable_search``), and every ``flowdrop_`` one (sync's tables,
+    made when a store first syncs, and later ones)."""
+    lowered = name.lower()
+    return (
+        lowered.startswith("flowdrop_")
+        or any(n == lowered for _, n in _expected())
+        or any(n == lowered for _, n in _expected_search())
+    )
+
+
 def schema_problems(objects: list[MasterRow]) -> list[tuple[str, str]]:
     """(object, problem) for each schema object that is missing, changed, or not ours on ours.
 
     Allowed beside ours: anything that names none of our tables (SQLite's
-    ``sqlite_stat*`` tables, the user's own tables, and their indexes, triggers
-    and views).
+    ``sqlite_stat*`` tables, the user's own tables, and their indexes and
+    triggers), and the user's views, on our tables too: a view runs only in a
+    statement that reads it, and none of ours reads a view, so it cannot run
+    inside ours, unless it takes a name the library makes or reads (then our
+    statements would read its rows). A trigger does run inside the statement that
+    fires it: one naming our tables stays refused (on the user's view too).
     """
     if len(objects) == len(_expected_rows()) and frozenset(objects) == _expected_rows():
         return []  # byte for byte what schema.sql makes: the common case, kept cheap
@@ -530,6 +547,12 @@ def schema_problems(objects: list[MasterRow]) -> list[tuple[str, str]]:
             )
             if table.lower() != want_table or changed:
                 problems.append((label, f"{label} is not the one flowdrop_local makes"))
+            continue
+        if type_ == "view":
+            if _takes_our_name(name):
+                problems.append(
+                    (label, f"{label} is not flowdrop_local's and takes a name flowdrop_local uses")
+                )
             continue
         named = _names_ours(type_, name, table, sql)
         if named:

@@ -113,7 +113,17 @@ _NEXT_SEQ = (  # (the derived table is named: PostgreSQL before 16 wants an alia
     "(SELECT coalesce(max(n), 0) FROM (SELECT max(seq) AS n FROM flowdrop_sync_tombstones "
     "UNION ALL SELECT max(acked) FROM flowdrop_sync_acks) AS known)"
 )
-_SQLITE_NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+# The store's clock: the wall clock, or the newest buffer stamp if that is later
+# (one seek of buffers_recent). Every buffer stamp the library writes (a new buffer,
+# an append's touch, an edit) and every conversation stamp below is taken from it,
+# so stamps never go back when the wall clock does. A sync's mark is the newest
+# buffer stamp at its start; what changed since is stamped at or after it, however
+# the clock was set in between (syncing.py, step 0).
+SQLITE_STORE_CLOCK = (
+    "max(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), "
+    "coalesce((SELECT max(updated_at) FROM main.buffers), ''))"
+)
+PG_STORE_CLOCK = "greatest(flowdrop_now(), (SELECT max(updated_at) FROM buffers))"
 _CONVERSATION_PUT = (
     "INSERT INTO flowdrop_sync_conversations (scope, scope_id, key, stamp, deleted) "
     "VALUES ({a}.scope, {a}.scope_id, {a}.key, {now}, {deleted}) "
@@ -137,17 +147,17 @@ SQLITE_DELETE_TRIGGERS: tuple[str, ...] = (
     f"SELECT id_text(m.id), OLD.scope, OLD.scope_id, OLD.key, {_NEXT_SEQ} "
     "+ row_number() OVER (ORDER BY m.position), strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
     "FROM messages AS m WHERE m.buffer_id = OLD.id; "
-    f"{_CONVERSATION_PUT.format(a='OLD', now=_SQLITE_NOW, deleted=1)}; END",
+    f"{_CONVERSATION_PUT.format(a='OLD', now=SQLITE_STORE_CLOCK, deleted=1)}; END",
     "CREATE TEMP TRIGGER IF NOT EXISTS flowdrop_sync_conversation_named "
     "AFTER UPDATE OF title, metadata ON main.buffers "
     "WHEN NOT EXISTS (SELECT 1 FROM flowdrop_sync_quiet) "
     "AND EXISTS (SELECT 1 FROM flowdrop_sync_replica) "
     "AND (OLD.title IS NOT NEW.title OR OLD.metadata IS NOT NEW.metadata) BEGIN "
-    f"{_CONVERSATION_PUT.format(a='NEW', now=_SQLITE_NOW, deleted=0)}; END",
+    f"{_CONVERSATION_PUT.format(a='NEW', now=SQLITE_STORE_CLOCK, deleted=0)}; END",
     "CREATE TEMP TRIGGER IF NOT EXISTS flowdrop_sync_conversation_made "
     "AFTER INSERT ON main.buffers "
     "WHEN NOT EXISTS (SELECT 1 FROM flowdrop_sync_quiet) BEGIN "
-    f"UPDATE flowdrop_sync_conversations SET deleted = 0, stamp = {_SQLITE_NOW} "
+    f"UPDATE flowdrop_sync_conversations SET deleted = 0, stamp = {SQLITE_STORE_CLOCK} "
     "WHERE scope = NEW.scope AND scope_id = NEW.scope_id AND key = NEW.key AND deleted = 1; END",
 )
 # PostgreSQL: the same as persistent triggers, made with sync's tables; the quiet
@@ -176,7 +186,7 @@ PG_DELETE_TRIGGERS: tuple[str, ...] = (
     f"SELECT m.id, OLD.scope, OLD.scope_id, OLD.key, {_NEXT_SEQ} "
     "+ row_number() OVER (ORDER BY m.position), flowdrop_now() "
     "FROM messages AS m WHERE m.buffer_id = OLD.id ON CONFLICT (id) DO NOTHING; "
-    f"{_CONVERSATION_PUT.format(a='OLD', now='flowdrop_now()', deleted=1)}; "
+    f"{_CONVERSATION_PUT.format(a='OLD', now=PG_STORE_CLOCK, deleted=1)}; "
     "RETURN OLD; END $$",
     "CREATE OR REPLACE FUNCTION flowdrop_sync_conversation_changed() RETURNS trigger "
     "LANGUAGE plpgsql AS $$ BEGIN "
@@ -184,10 +194,10 @@ PG_DELETE_TRIGGERS: tuple[str, ...] = (
     "END IF; "
     "IF NOT EXISTS (SELECT 1 FROM flowdrop_sync_replica) THEN RETURN NULL; END IF; "
     "IF TG_OP = 'INSERT' THEN "
-    "UPDATE flowdrop_sync_conversations SET deleted = 0, stamp = flowdrop_now() "
+    f"UPDATE flowdrop_sync_conversations SET deleted = 0, stamp = {PG_STORE_CLOCK} "
     "WHERE scope = NEW.scope AND scope_id = NEW.scope_id AND key = NEW.key AND deleted = 1; "
     "ELSIF OLD.title IS DISTINCT FROM NEW.title OR OLD.metadata IS DISTINCT FROM NEW.metadata "
-    f"THEN {_CONVERSATION_PUT.format(a='NEW', now='flowdrop_now()', deleted=0)}; "
+    f"THEN {_CONVERSATION_PUT.format(a='NEW', now=PG_STORE_CLOCK, deleted=0)}; "
     "END IF; RETURN NULL; END $$",
     "CREATE OR REPLACE TRIGGER flowdrop_sync_conversation_changed "
     "AFTER INSERT OR UPDATE OF title, metadata ON buffers "
@@ -286,8 +296,12 @@ SYNC_COMMON: dict[str, str] = {
         "ON CONFLICT (kind) DO UPDATE SET sync_id = excluded.sync_id"
     ),
     # How many memory values and grants there are, and the latest local write.
-    "sync_kv_shape_memory": "SELECT count(*), coalesce(max(updated_at), '') FROM memory",
-    "sync_kv_shape_viewer": ("SELECT count(*), coalesce(max(granted_at), '') FROM session_viewers"),
+    # Every stamp of a kind (its shape, syncing._kv_shape): any set, grant, delete or
+    # revoke changes it, whatever the clock did (a memory update stamps strictly later).
+    "sync_kv_stamps_memory": "SELECT scope, scope_id, key, updated_at FROM memory",
+    "sync_kv_stamps_viewer": "SELECT session_id, user_id, granted_at FROM session_viewers",
+    # The newest buffer stamp: a sync's mark (see SQLITE_STORE_CLOCK).
+    "sync_mark_clock": "SELECT coalesce(max(updated_at), '') FROM buffers",
     "sync_peers_all": "SELECT peer FROM flowdrop_sync_peers",
     "sync_peer_forget": "DELETE FROM flowdrop_sync_peers WHERE peer = ?",
     "sync_ack_forget": "DELETE FROM flowdrop_sync_acks WHERE peer = ?",

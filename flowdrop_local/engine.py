@@ -78,6 +78,10 @@ class BufferState(NamedTuple):
     tail: str | None  # the last position, None when empty
     dangling: bool  # may hold an unanswered call
     updated: int  # buffers.updated_at, in seconds since the epoch
+    # The store's clock when read (its newest buffer stamp, seconds): an append
+    # compares with the later of it and the wall clock, so a wall clock set back
+    # still stamps the buffer when offline sync needs it (syncing.py's marks).
+    clock: int
 
 
 # buffers.updated_at is coarse: an append writes it only when it is older than this,
@@ -275,7 +279,7 @@ def append(
     after the append (for the backend's cache of buffer tails).
     """
     state: BufferState = yield "open", "open_buffer", (*address, known_id)
-    buffer_id, count, tail, dangling, updated = state
+    buffer_id, count, tail, dangling, updated, clock = state
     if (
         placements is None
         and not dangling
@@ -284,7 +288,7 @@ def append(
     ):
         # The common case, kept short: messages without tool data on a buffer with
         # no unanswered call. No rule applies; the rows go in at the end.
-        return (yield from _append_plain(buffer_id, count, tail, updated, batch))
+        return (yield from _append_plain(buffer_id, count, tail, updated, clock, batch))
     # Every row carries the count as it stands once the row is in (its tally);
     # the last row's is the buffer's count. tail_tally tracks the last row's.
     tail_tally = count
@@ -446,7 +450,7 @@ def append(
         row = yield "one", "tail", (buffer_id,)
         tail = row[0]
         dangling = True
-    now = int(time.time())
+    now = clock = max(int(time.time()), clock)
     if replaced_ids or evicted or placed_inside or healed_inside:  # not only at the end
         yield from edited(buffer_id)
         updated = now
@@ -462,11 +466,16 @@ def append(
         dropped=dropped,
         evicted=evicted,
     )
-    return result, BufferState(buffer_id, count, tail, dangling, updated)
+    return result, BufferState(buffer_id, count, tail, dangling, updated, clock)
 
 
 def _append_plain(
-    buffer_id: int, count: int, tail: str | None, updated: int, batch: list[Incoming]
+    buffer_id: int,
+    count: int,
+    tail: str | None,
+    updated: int,
+    clock: int,
+    batch: list[Incoming],
 ) -> Generator[Step, Any, tuple[AppendResult, BufferState]]:
     """Append messages no buffer rule applies to: one INSERT each, nothing read."""
     rows = []
@@ -493,12 +502,12 @@ def _append_plain(
         yield "write", "insert_message", rows[0]
     else:
         yield "many", "insert_message", rows
-    now = int(time.time())
+    now = clock = max(int(time.time()), clock)  # the store's clock (BufferState.clock)
     if now - updated >= UPDATED_AT_GRANULARITY:
         yield "write", "touch_buffer", (buffer_id,)
         updated = now
     result = AppendResult(count=count, appended=len(new_ids), message_ids=tuple(new_ids))
-    return result, BufferState(buffer_id, count, tail, False, updated)
+    return result, BufferState(buffer_id, count, tail, False, updated, clock)
 
 
 def _message_id(message: Incoming, place: Placement | None) -> str:

@@ -115,8 +115,6 @@ class SyncReport:
     ``conversations_named_on_a``/``conversations_deleted_on_a``: conversations whose
     title or metadata ``a`` took from ``b``, and that ``a`` deleted because ``b``
     deleted them last.
-    ``clock_went_back``: 1 when a side's clock stood before the mark it set at the
-    pair's last sync (it was set back), so this sync read every buffer.
     ``tombstones_refused``: tombstones naming a message the receiver holds in another
     buffer than they claim (a forged or corrupt peer), neither kept nor applied.
     ``tombstones_compacted_on_a``: tombstones every known peer of ``a`` has
@@ -155,7 +153,6 @@ class SyncReport:
     tombstones_compacted_on_b: int = 0
     kv_skipped: int = 0
     tombstones_refused: int = 0
-    clock_went_back: int = 0
     conversations_named_on_a: int = 0
     conversations_named_on_b: int = 0
     conversations_deleted_on_a: int = 0
@@ -609,7 +606,8 @@ class _Side:
         tx.run("sync_quiet")
         self.seq: int = tx.one("sync_last_seq")[0]
         self.first_seq = self.seq  # at the start of this sync
-        self.now = str(tx.one("sync_now")[0])  # this store's clock: the next mark
+        self.now = str(tx.one("sync_now")[0])  # this store's clock (its stamps' bound)
+        self.mark = str(tx.one("sync_mark_clock")[0])  # its newest buffer stamp
         self.views: dict[Address, _View] = {}
         self.kv_then: dict[str, str] = {}  # the kv of the pair's matching mark
         self.buffers_read = 0
@@ -895,13 +893,17 @@ class _Report:
 
 
 # A buffer changed since the last sync of a pair has ``updated_at`` at or after the
-# mark less this: an append writes ``updated_at`` at most once a minute
-# (engine.UPDATED_AT_GRANULARITY), and the rest allows for the clock stepping back.
-# A wider margin costs a summary read per buffer changed in it, no more.
-MARGIN = datetime.timedelta(minutes=10)
+# mark (the newest buffer stamp when that sync began) less this: every stamp comes
+# from the store's clock, which never goes back (_sync_sql.SQLITE_STORE_CLOCK), and
+# an append writes ``updated_at`` when it is a minute behind that clock
+# (engine.UPDATED_AT_GRANULARITY). The margin is that minute and one more; it costs
+# a summary read per buffer written in it, no more. The wall clock plays no part.
+MARGIN = datetime.timedelta(minutes=2)
 
 
 def _before(moment: str, margin: datetime.timedelta) -> str:
+    if not moment:  # no stamp at all (a store without buffers): from the beginning
+        return ""
     when = datetime.datetime.fromisoformat(moment.replace("Z", "+00:00")) - margin
     return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
@@ -957,15 +959,10 @@ def _run(
     # either side; else every buffer. A buffer whose summary is the one recorded at
     # the last sync is not read (its digest is the recorded one).
     marks = _last_marks(a, b, scopes) if not full else None
-    if marks is not None and any(stamp(s.now) < stamp(marks[s.label]) for s in sides):
-        # A clock behind the mark its own store set at the pair's last sync went back:
-        # what it wrote since may be stamped before the mark. Read everything.
-        marks = None
-        report.add("clock_went_back", 1)
+    since = {s.label: _before(marks[s.label], MARGIN) if marks else "" for s in sides}
     addresses: set[Address] = set()
     for side in sides:
-        since = "" if marks is None else _before(marks[side.label], MARGIN)
-        addresses |= _changed(side, since, scopes)
+        addresses |= _changed(side, since[side.label], scopes)
     # A buffer not known unchanged or grown only at the end is read whole.
     for address in sorted(addresses):
         for side in sides:
@@ -986,8 +983,7 @@ def _run(
                 "message in a store; give one of them another id, then sync again"
             )
     # Conversations (title, metadata, existence) as they stand before anything moves.
-    marks_since = {s.label: "" if marks is None else _before(marks[s.label], MARGIN) for s in sides}
-    conversations = _conversation_versions(a, b, addresses, scopes, marks_since)
+    conversations = _conversation_versions(a, b, addresses, scopes, since)
     # 1. What each side deleted since its last sync becomes its tombstones (a buffer
     # unchanged or only appended to since has lost nothing).
     for side in sides:
@@ -1071,9 +1067,7 @@ def _run(
     _sync_sessions(a, b, scopes, report)
     sync_id = str(uuid.uuid4())
     for kind in (_VIEWERS, _MEMORY):
-        if marks is not None and all(
-            _kv_unchanged(side, kind, marks[side.label]) for side in sides
-        ):
+        if marks is not None and all(_kv_unchanged(side, kind) for side in sides):
             report.add("kv_skipped", 1)
             continue
         _sync_registers(a, b, kind, scopes, report)
@@ -1108,8 +1102,8 @@ def _run(
     report.add("rows_read", a.rows_read + b.rows_read)
     # 6. The marks of this pair: both now hold the same buffers (in these scopes).
     for side, other in ((a, b), (b, a)):
-        kv = json.dumps({kind.name: _kv_shape(side, kind)[0] for kind in (_VIEWERS, _MEMORY)})
-        side.tx.run("sync_mark_put", (other.replica, scopes.key, side.now, sync_id, kv))
+        kv = json.dumps({kind.name: _kv_shape(side, kind) for kind in (_VIEWERS, _MEMORY)})
+        side.tx.run("sync_mark_put", (other.replica, scopes.key, side.mark, sync_id, kv))
     # 7. Compaction: a tombstone every peer this store has synced with has received
     # is needed by none of them (each deleted the message and holds its own tombstone).
     for side in sides:
@@ -1187,21 +1181,21 @@ _VIEWERS = _Kind(
 )
 
 
-def _kv_shape(side: _Side, kind: _Kind) -> tuple[str, str]:
-    """The last sync that wrote this kind here and how many values there are (as
-    the pair's mark keeps it), and the latest stamp of any value."""
+def _kv_shape(side: _Side, kind: _Kind) -> str:
+    """The last sync that wrote this kind here, and a digest of every key and stamp
+    (as the pair's mark keeps it): a set, grant, delete, revoke or import changes it
+    (an update stamps strictly later than the value it replaces), whatever the wall
+    clock did."""
     clock = {str(r[0]): str(r[1]) for r in side.tx.all("sync_kv_clock")}
-    count, latest = side.tx.one(f"sync_kv_shape_{kind.name}")
-    return f"{clock.get(kind.name, '')}|{count}", str(latest)
+    stamps = sorted(tuple(map(str, row)) for row in side.tx.all(f"sync_kv_stamps_{kind.name}"))
+    digest = hashlib.sha256(json.dumps(stamps).encode()).hexdigest()[:32]
+    return f"{clock.get(kind.name, '')}|{len(stamps)}|{digest}"
 
 
-def _kv_unchanged(side: _Side, kind: _Kind, mark: str) -> bool:
-    """Nothing of this kind changed here since the pair's last sync: no other sync
-    wrote it (the clock), no value was deleted (the count), none was set or granted
-    (every local write stamps the row with this store's clock, later than the mark
-    less :data:`MARGIN`). Then it is what both held at that sync, not read again."""
-    shape, latest = _kv_shape(side, kind)
-    return side.kv_then.get(kind.name) == shape and latest < _before(mark, MARGIN)
+def _kv_unchanged(side: _Side, kind: _Kind) -> bool:
+    """Nothing of this kind changed here since the pair's last sync: its shape is
+    the one recorded then. Then it is what both held at that sync, not read again."""
+    return side.kv_then.get(kind.name) == _kv_shape(side, kind)
 
 
 def _sync_registers(a: _Side, b: _Side, kind: _Kind, scopes: _Scopes, report: _Report) -> None:

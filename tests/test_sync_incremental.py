@@ -162,9 +162,13 @@ def test_sqlite_and_postgresql_converge_round_after_round(
 
 
 def aged(store: Store) -> None:
-    """Every buffer last written long ago (as on a store used for months)."""
+    """Every buffer last written long ago, an hour apart (as on a store used for
+    months): the last one written holds the store's newest stamp."""
     with store.backend.write() as tx:
-        tx.conn.execute("UPDATE buffers SET updated_at = '2026-01-01T00:00:00.000Z'")
+        tx.conn.execute(
+            "UPDATE buffers SET updated_at = "
+            "strftime('%Y-%m-%dT%H:%M:%fZ', '2026-01-01', '+' || id || ' hours')"
+        )
 
 
 def test_a_sync_reads_only_what_changed(tmp_path: Path) -> None:
@@ -188,7 +192,9 @@ def test_a_sync_reads_only_what_changed(tmp_path: Path) -> None:
     a.buffer("global", "", "b7").append(user("from a"))
     b.buffer("global", "", "b30").append(user("from b"))
     second = sync(a, b)
-    assert (second.buffers_compared, second.buffers_read, second.buffers_merged) == (2, 0, 2)
+    # The two written since, and the one holding the newest stamp at the last sync
+    # (the pair's mark): its summary is the recorded one, so it is not read.
+    assert (second.buffers_compared, second.buffers_read, second.buffers_merged) == (3, 0, 2)
     # Per buffer: the last user turn and its reply on both sides, the new turn on
     # one, then the first side's merged rows read back: 3 + 2 + 3.
     assert second.rows_read == 2 * (3 + 2 + 3)
@@ -272,7 +278,8 @@ def test_a_deleted_buffer_is_found_without_reading_the_others(tmp_path: Path) ->
     sync(a, b)
     b.buffer("global", "", "b3").delete()
     report = sync(a, b)
-    assert (report.buffers_compared, report.deleted_on_a) == (1, 2)
+    # The deleted one and the one holding the newest stamp at the last sync (b9).
+    assert (report.buffers_compared, report.deleted_on_a) == (2, 2)
     assert ("global", "", "b3") not in rows(a)
     in_sync(a, b)
 
@@ -282,6 +289,7 @@ def test_full_reads_a_change_made_behind_the_library(tmp_path: Path) -> None:
     an incremental sync (the documented limit); ``full=True`` finds it."""
     a = Store(str(tmp_path / "a.db"))
     a.buffer(*KEYS[0]).append([user("q"), said("a")])
+    a.buffer(*KEYS[1]).append([user("q"), said("a")])  # written last: the newest stamp
     enable(a)
     a.backup(str(tmp_path / "b.db"))
     b = Store(str(tmp_path / "b.db"))

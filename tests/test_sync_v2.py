@@ -860,24 +860,28 @@ def test_three_replicas_never_order_shared_messages_apart(
         store.close()
 
 
-def test_a_clock_set_back_behind_the_last_mark_makes_the_sync_read_everything(
+def test_a_clock_that_ran_ahead_and_was_set_right_still_finds_what_changed(
     tmp_path: Path,
 ) -> None:
-    """A store whose clock went back writes with stamps before the pair's last mark;
-    an incremental sync looked only at buffers written since the mark (less the
-    margin) and reported nothing while the stores differed. A clock behind its own
-    last mark now makes the sync read every buffer."""
+    """A store whose clock ran an hour ahead at the pair's last sync, then was set
+    right: what it writes now is stamped by the store's clock (never behind its
+    newest stamp), so an incremental sync finds it, without reading everything.
+    (Real clock steps, in processes with their own clocks: test_sync_clocks.py.)"""
     a, b = pair(tmp_path)
     a.buffer("global", "", "k").append(user("q"))
+    a.buffer("global", "", "other").append(user("left alone"))
     sync(a, b)
-    for store in (a, b):  # written long before the sync, on both sides
-        _tamper(store.path, "UPDATE buffers SET updated_at = '2026-01-01T00:00:00.000Z'")
-    # The pair's last sync was stamped far ahead of a's clock now: a's clock went back.
-    _tamper(a.path, "UPDATE flowdrop_sync_marks SET since = '2099-01-01T00:00:00.000Z'")
-    a.buffer("global", "", "k").append({"role": "assistant", "content": "written behind"})
+    ahead = "2099-01-01T00:00:00.000Z"  # far ahead, then set right (now)
+    _tamper(a.path, "UPDATE buffers SET updated_at = ?", ahead)
+    _tamper(a.path, "UPDATE flowdrop_sync_marks SET since = ?", ahead)
+    a.buffer("global", "", "k").append({"role": "assistant", "content": "written after"})
+    a.memory_set(None, "global", "note", "set after")
     report = sync(a, b)
     assert contents(a) == contents(b)
-    assert report.clock_went_back == 1
+    assert b.memory_get(None, "global", "note").value == "set after"
+    assert report.buffers_read <= 2  # the two buffers stamped near the mark, no more
+    again = sync(a, b, full=True)
+    assert again.moved == 0
 
 
 # ------------------------------------- found by a fresh-eyes review of the changes above

@@ -43,7 +43,13 @@ except ImportError as missing:  # pragma: no cover - depends on the install
         "pip install 'flowdrop-local[postgresql]'"
     ) from missing
 
-from .._sync_sql import PG_DELETE_TRIGGERS, PG_SEQ_LOCK, SYNC_COMMON, SYNC_TABLES
+from .._sync_sql import (
+    PG_DELETE_TRIGGERS,
+    PG_SEQ_LOCK,
+    PG_STORE_CLOCK,
+    SYNC_COMMON,
+    SYNC_TABLES,
+)
 from ..check import Violation, check_rows
 from ..engine import BufferState
 from ..errors import (
@@ -85,9 +91,11 @@ _JOINED_AT = (
     "WHERE b.scope = %s AND b.scope_id = %s AND b.key = %s"
 )
 _NOW = "flowdrop_now()"
+STORE_CLOCK = PG_STORE_CLOCK  # every buffer stamp (_sync_sql.py says why)
 _EDITED = (
-    f"updated_at = greatest({_NOW}, to_char((updated_at::timestamptz + interval '1 millisecond') "
-    "AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))"
+    f"updated_at = greatest({STORE_CLOCK}, "
+    "to_char((updated_at::timestamptz + interval '1 millisecond') AT TIME ZONE 'UTC', "
+    " 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))"
 )
 _SYNC_SUMMARY = (
     "SELECT b.scope, b.scope_id, b.key, b.id, b.updated_at, t.position, t.tally, t.id "
@@ -100,7 +108,9 @@ _TALLY = "SELECT tally FROM messages WHERE buffer_id = {} ORDER BY position DESC
 _STATE = (
     "SELECT b.id, last.tally, last.position, "
     "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = b.id AND answered_by IS NULL), "
-    "floor(extract(epoch FROM b.updated_at::timestamptz))::bigint "
+    "floor(extract(epoch FROM b.updated_at::timestamptz))::bigint, "
+    "coalesce(floor(extract(epoch FROM (SELECT max(updated_at) FROM buffers)::timestamptz))"
+    "::bigint, 0) "
     "FROM buffers AS b LEFT JOIN LATERAL (SELECT tally, position FROM messages "
     "WHERE buffer_id = b.id ORDER BY position DESC LIMIT 1) AS last ON true "
 )
@@ -127,7 +137,8 @@ SQL: dict[str, str] = {
     # ----------------------------------------------------------- the append engine
     "find_buffer": "SELECT id FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s",
     "create_buffer": (
-        "INSERT INTO buffers (scope, scope_id, key) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
+        "INSERT INTO buffers (scope, scope_id, key, updated_at) "
+        f"VALUES (%s, %s, %s, {STORE_CLOCK}) ON CONFLICT DO NOTHING"
     ),
     # By id, under the row lock (_PgTx.open): the id too, as _STATE_AT gives it.
     "buffer_state": f"{_STATE}WHERE b.id = %s",
@@ -156,7 +167,7 @@ SQL: dict[str, str] = {
         "WHERE buffer_id = %s AND id = %s"
     ),
     "set_tally": "UPDATE messages SET tally = %s WHERE buffer_id = %s AND position = %s",
-    "touch_buffer": f"UPDATE buffers SET updated_at = {_NOW} WHERE id = %s",
+    "touch_buffer": f"UPDATE buffers SET updated_at = {STORE_CLOCK} WHERE id = %s",
     "touch_edited": f"UPDATE buffers SET {_EDITED} WHERE id = %s",
     "unanswered_calls": (
         "SELECT m.position, t.call_id, (SELECT min(n.position) FROM messages AS n "
@@ -257,7 +268,8 @@ SQL: dict[str, str] = {
     "memory_set": (
         "INSERT INTO memory (scope, scope_id, key, value) VALUES (%s, %s, %s, %s) "
         "ON CONFLICT (scope, scope_id, key) DO UPDATE SET value = excluded.value, "
-        f"updated_at = {_NOW}"
+        f"updated_at = greatest({_NOW}, to_char((memory.updated_at::timestamptz "
+        "+ interval '1 millisecond') AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))"
     ),
     "memory_delete": "DELETE FROM memory WHERE scope = %s AND scope_id = %s AND key = %s",
     # --------------------------------------------------------------- sessions
@@ -364,7 +376,7 @@ SQL: dict[str, str] = {
         f"{_CONTENT_MD5} "
         "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id ORDER BY b.id, m.position"
     ),
-    "sync_now": f"SELECT {_NOW}",
+    "sync_now": f"SELECT {STORE_CLOCK}",
     "sync_candidates": f"{_SYNC_SUMMARY} WHERE b.updated_at >= %s",
     "sync_summary_one": f"{_SYNC_SUMMARY} WHERE b.scope = %s AND b.scope_id = %s AND b.key = %s",
     "sync_where": (
@@ -541,8 +553,8 @@ def checked_buffer(name: str, messages: list[Any], ledger: list[Any]) -> list[Vi
 
 def buffer_state(row: Any) -> BufferState:
     """The engine's BufferState from a row of the state statement (_STATE)."""
-    buffer_id, count, tail, dangling, updated = row
-    return BufferState(buffer_id, count or 0, tail, bool(dangling), updated)
+    buffer_id, count, tail, dangling, updated, clock = row
+    return BufferState(buffer_id, count or 0, tail, bool(dangling), updated, clock)
 
 
 def lock_statement(known_id: int | None, address: tuple[str, str, str]) -> tuple[str, Any]:

@@ -39,6 +39,7 @@ from .._ids import id_blob, id_text
 from .._schema import prepare
 from .._sync_sql import (
     SQLITE_DELETE_TRIGGERS,
+    SQLITE_STORE_CLOCK,
     SYNC_COMMON,
     SYNC_TABLES,
     adopt_copy,
@@ -95,8 +96,9 @@ _TEXT = (
 # (backends/postgresql.py defines the same names; a test holds them together).
 # Ids are stored as 16 bytes and cross the boundary as text: id_blob(?) and
 # id_text(id) are this connection's functions (_register_functions).
+STORE_CLOCK = SQLITE_STORE_CLOCK  # every buffer stamp (_sync_sql.py says why)
 _EDITED = (
-    "updated_at = max(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), "
+    f"updated_at = max({STORE_CLOCK}, "
     "strftime('%Y-%m-%dT%H:%M:%fZ', updated_at, '+0.001 seconds'))"
 )
 # A buffer's sync summary: its row id, updated_at, and its last row's position, tally
@@ -110,12 +112,16 @@ _SYNC_SUMMARY = (
 SQL: dict[str, str] = {
     # ----------------------------------------------------------- the append engine
     "find_buffer": "SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?",
-    "create_buffer": "INSERT OR IGNORE INTO buffers (scope, scope_id, key) VALUES (?, ?, ?)",
+    "create_buffer": (
+        "INSERT OR IGNORE INTO buffers (scope, scope_id, key, updated_at) "
+        f"VALUES (?, ?, ?, {STORE_CLOCK})"
+    ),
     "buffer_state": (
         "SELECT last.tally, last.position, "
         "EXISTS (SELECT 1 FROM tool_calls INDEXED BY tool_calls_unanswered "
         "WHERE buffer_id = ?1 AND answered_by IS NULL), "
-        "CAST(strftime('%s', b.updated_at) AS INTEGER) "
+        "CAST(strftime('%s', b.updated_at) AS INTEGER), "
+        "coalesce(CAST(strftime('%s', (SELECT max(updated_at) FROM buffers)) AS INTEGER), 0) "
         "FROM buffers AS b LEFT JOIN (SELECT tally, position FROM messages "
         "WHERE buffer_id = ?1 ORDER BY position DESC LIMIT 1) AS last "
         "WHERE b.id = ?1"
@@ -152,9 +158,7 @@ SQL: dict[str, str] = {
         "WHERE buffer_id = ? AND id = id_blob(?)"
     ),
     "set_tally": "UPDATE messages SET tally = ? WHERE buffer_id = ? AND position = ?",
-    "touch_buffer": (
-        "UPDATE buffers SET updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?"
-    ),
+    "touch_buffer": f"UPDATE buffers SET updated_at = {STORE_CLOCK} WHERE id = ?",
     # After a delete or an in-place edit: a strictly later time (never equal, even
     # within one millisecond), so sync's per-buffer summary sees every change.
     "touch_edited": f"UPDATE buffers SET {_EDITED} WHERE id = ?",
@@ -254,7 +258,10 @@ SQL: dict[str, str] = {
     "memory_set": (
         "INSERT INTO memory (scope, scope_id, key, value) VALUES (?, ?, ?, ?) "
         "ON CONFLICT (scope, scope_id, key) DO UPDATE SET value = excluded.value, "
-        "updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+        # strictly later than the value it replaces, whatever the wall clock did:
+        # offline sync finds changed memory by its stamps (syncing._kv_shape)
+        "updated_at = max(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), "
+        "strftime('%Y-%m-%dT%H:%M:%fZ', updated_at, '+0.001 seconds'))"
     ),
     "memory_delete": "DELETE FROM memory WHERE scope = ? AND scope_id = ? AND key = ?",
     # --------------------------------------------------------------- sessions
@@ -362,7 +369,7 @@ SQL: dict[str, str] = {
         "content_md5(m.content, m.metadata, m.content_parts) "
         "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id ORDER BY b.id, m.position"
     ),
-    "sync_now": "SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+    "sync_now": f"SELECT {STORE_CLOCK}",
     # Each buffer changed at or after a time (every buffer for ''), with its summary:
     # buffers_recent is the index, the tail its primary key.
     "sync_candidates": f"{_SYNC_SUMMARY} WHERE b.updated_at >= ?",
@@ -595,8 +602,10 @@ class _SqliteTx(Tx):
             row = conn.execute(SQL["find_buffer"], address).fetchone()
         buffer_id = row[0]
         self._addresses[buffer_id] = address
-        count, tail, dangling, updated = conn.execute(SQL["buffer_state"], (buffer_id,)).fetchone()
-        return BufferState(buffer_id, count or 0, tail, bool(dangling), updated)
+        count, tail, dangling, updated, clock = conn.execute(
+            SQL["buffer_state"], (buffer_id,)
+        ).fetchone()
+        return BufferState(buffer_id, count or 0, tail, bool(dangling), updated, clock)
 
     def remember(self, state: BufferState) -> None:
         self._remembered.append((self._addresses[state.id], state))
@@ -696,6 +705,8 @@ class SqliteBackend(Backend):
             raise InvalidArgument(f"durability must be 'normal' or 'full', got {shown(durability)}")
         self.path = path
         self.where = path
+        if path != ":memory:":
+            _files.refuse_link(path)  # read-only opens too: never through a link
         # A file (or folder) this process cannot write is opened read-only: reads
         # work, and every write raises ReadOnlyStore before touching the file.
         self.read_only = read_only or (
@@ -712,14 +723,25 @@ class SqliteBackend(Backend):
         # Whether this backend created the file (a caller whose work then fails may
         # remove it: _files.remove_database).
         self.created = False
+        made = None  # the file as created here, exclusively (as backup creates its target)
         if path != ":memory:" and not self.read_only:
-            self.created = _files.open_or_create(path, create)
+            made = _files.open_or_create(path, create)
+            self.created = made is not None
         try:
             conn = self._connect()
+            if made is not None:
+                try:
+                    _files.opened_as_created(made, path)
+                except BaseException:
+                    conn.close()
+                    raise
         except BaseException:
-            if self.created:
-                _files.remove_database(path)
+            if made is not None:
+                _files.remove_database(path, made)
             raise
+        finally:
+            if made is not None:
+                os.close(made)
         try:
             journal_mode = prepare(conn, path, create=create)
             self._configure(conn, journal_mode)
