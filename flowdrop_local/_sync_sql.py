@@ -100,6 +100,23 @@ SYNC_TABLES: tuple[str, ...] = (
     "deleted INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (scope, scope_id, key))",
 )
 
+# The step a store's sync schema is at (one row; no row or no table: none taken).
+SCHEMA_TABLE = (
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_schema "
+    "(one INTEGER PRIMARY KEY CHECK (one = 1), step INTEGER NOT NULL)"
+)
+
+
+def schema_steps(postgresql: bool) -> tuple[tuple[str, ...], ...]:
+    """Sync's schema as numbered steps, the same on both backends: a sync takes the
+    steps its store has not taken (flowdrop_sync_schema) in its own transaction, and
+    runs no DDL once the store is current. A later change to sync's tables or
+    triggers is a new step at the end, never an edit of one taken. Step 1 is sync
+    v2's tables and PostgreSQL's triggers, made with IF NOT EXISTS / OR REPLACE, so
+    a store synced before there were steps takes it too."""
+    return ((*SYNC_TABLES, SCHEMA_TABLE, *(PG_DELETE_TRIGGERS if postgresql else ())),)
+
+
 # Deletions are recorded when they happen (issue 20): on a store that syncs, every
 # message deleted outside a sync gets its tombstone in the deleting transaction,
 # numbered with the store's next change number. SQLite: TEMP triggers each
@@ -209,6 +226,11 @@ PG_DELETE_TRIGGERS: tuple[str, ...] = (
 )
 
 SYNC_COMMON: dict[str, str] = {
+    "sync_schema_step": "SELECT step FROM flowdrop_sync_schema",
+    "sync_schema_put": (
+        "INSERT INTO flowdrop_sync_schema (one, step) VALUES (1, ?) "
+        "ON CONFLICT (one) DO UPDATE SET step = excluded.step"
+    ),
     "sync_replica": "SELECT id FROM flowdrop_sync_replica",
     "sync_replica_put": "INSERT INTO flowdrop_sync_replica (id, created_at) VALUES (?, ?)",
     "sync_replica_drop": "DELETE FROM flowdrop_sync_replica",

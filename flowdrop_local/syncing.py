@@ -54,7 +54,7 @@ from typing import Any, Final, NamedTuple
 
 import attrs
 
-from ._sync_sql import PG_DELETE_TRIGGERS, SQLITE_DELETE_TRIGGERS, SYNC_TABLES
+from ._sync_sql import SQLITE_DELETE_TRIGGERS, schema_steps
 from .access import IDENTITY_SCOPES, resolve_address
 from .backends.base import Tx
 from .buffer import check_title, checked_json
@@ -303,23 +303,30 @@ def _now() -> str:
 
 
 def _ensure_tables(tx: Tx, store: Store) -> str:
-    """Make sync's tables and the triggers that record deletions if missing (no DDL
-    at all once they are there: concurrent syncs on PostgreSQL would deadlock on
-    it); return the replica id (made on first use)."""
+    """Take the steps of sync's schema the store has not taken (none once it is
+    current: concurrent syncs on PostgreSQL would deadlock on DDL); return the
+    replica id (made on first use)."""
+    postgresql = store.backend.kind == "postgresql"
+    steps = schema_steps(postgresql)
 
-    def current() -> bool:
-        return bool(tx.one("sync_tables")[0]) and tx.one("sync_schema_current")[0] == 2
+    def taken() -> int:
+        if not tx.one("sync_schema_table")[0]:
+            return 0
+        row = tx.one("sync_schema_step")
+        return 0 if row is None else int(row[0])
 
-    if not current() and store.backend.kind == "postgresql":  # one store makes them,
-        tx.script(  # the others wait for it, then find them made
-            "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.flowdrop_sync_ddl'))"
-        )
-    if not current():
-        for index in range(len(SYNC_TABLES)):  # IF NOT EXISTS: a store synced before
-            tx.run(f"sync_create_{index}")  # a table was added gets it now
-        postgresql = store.backend.kind == "postgresql"
-        for ddl in PG_DELETE_TRIGGERS if postgresql else SQLITE_DELETE_TRIGGERS:
-            tx.script(ddl)
+    if taken() < len(steps):
+        if postgresql:  # one store takes them, the others wait for it, then find them taken
+            tx.script(
+                "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.flowdrop_sync_ddl'))"
+            )
+        for step in range(taken(), len(steps)):
+            for ddl in steps[step]:
+                tx.script(ddl)
+            tx.run("sync_schema_put", (step + 1,))
+        if not postgresql:  # this connection's (the others' at their next write)
+            for ddl in SQLITE_DELETE_TRIGGERS:
+                tx.script(ddl)
     row = tx.one("sync_replica")
     if row is not None:
         return str(row[0])
@@ -1312,8 +1319,14 @@ def _conversation_versions(
             mark = recorded[side.label].get(address)
             version: Version | None
             if row is None:
-                gone = mark is not None and mark[1]
-                version = Version(min(mark[0], ceiling), True, "") if gone and mark else None
+                if mark is not None and mark[1]:  # deleted here, as the trigger recorded
+                    version = Version(min(mark[0], ceiling), True, "")
+                elif side.tx.one("sync_state_one", address) is not None:
+                    # Held at the last sync and gone, with no record of it: deleted
+                    # behind the library. Stamped when this sync finds it.
+                    version = Version(min(stamp(side.now), ceiling), True, "")
+                else:
+                    version = None
             else:
                 try:  # a peer's name is untrusted input, as a caller's set_title is
                     check_title(str(row[1]))

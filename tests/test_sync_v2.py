@@ -975,3 +975,144 @@ def test_a_conversation_the_sync_makes_keeps_its_created_at(tmp_path: Path) -> N
     a.buffer(*ADDRESS).set_title("named")
     sync(a, b)
     assert a.buffer(*ADDRESS).info().created_at == b.buffer(*ADDRESS).info().created_at
+
+
+# ------------------------------------ connections older than the first sync; schema steps
+
+
+def test_a_connection_opened_before_the_first_sync_records_renames_and_deletions(
+    tmp_path: Path,
+) -> None:
+    """A Store opened before its file's first sync (by another Store) had no
+    triggers: its renames and conversation deletions were never recorded, so the
+    peer kept its title and brought the conversation back. A write now makes them
+    once it sees sync's tables."""
+    early = Store(str(tmp_path / "a.db"))
+    early.buffer("global", "", "named").append(user("q"))
+    early.buffer("global", "", "doomed").append(user("q"))
+    a = Store(str(tmp_path / "a.db"))
+    enable(a)  # by the other Store: the early one is already open
+    a.backup(str(tmp_path / "b.db"))
+    b = Store(str(tmp_path / "b.db"))
+    sync(a, b)
+    early.buffer("global", "", "named").set_title("renamed by the early connection")
+    early.buffer("global", "", "doomed").delete()
+    report = sync(a, b)
+    assert report.conversations_named_on_b == 1
+    assert report.conversations_deleted_on_b == 1
+    assert b.buffer("global", "", "named").info().title == "renamed by the early connection"
+    assert [r.key for r in b.buffers()] == ["named"]
+    assert sync(a, b).moved == 0
+    assert [r.key for r in a.buffers()] == ["named"]
+
+
+def _refuse_ddl(store: Store) -> None:
+    """From now on this store's connection may create nothing in the file."""
+    import sqlite3
+
+    creates = {
+        sqlite3.SQLITE_CREATE_TABLE,
+        sqlite3.SQLITE_CREATE_INDEX,
+        sqlite3.SQLITE_CREATE_TRIGGER,
+        sqlite3.SQLITE_DROP_TABLE,
+        sqlite3.SQLITE_ALTER_TABLE,
+    }
+
+    def authorizer(action: int, *_: object) -> int:
+        return sqlite3.SQLITE_DENY if action in creates else sqlite3.SQLITE_OK
+
+    store.backend.connection().set_authorizer(authorizer)
+
+
+def test_a_sync_of_current_stores_runs_no_ddl(tmp_path: Path) -> None:
+    """Sync's schema is numbered steps a store takes once: a later sync creates
+    nothing (SQLite refuses every CREATE in the main file on both connections)."""
+    a, b = pair(tmp_path)
+    sync(a, b)
+    _refuse_ddl(a)
+    _refuse_ddl(b)
+    a.buffer("global", "", "k").append(user("after"))
+    assert sync(a, b).sent_a_to_b == 1
+
+
+def test_a_store_synced_before_schema_steps_takes_the_first_step(tmp_path: Path) -> None:
+    """A store synced by a release without steps (no flowdrop_sync_schema, one of
+    sync's tables missing) takes step 1: what is missing is made, nothing lost."""
+    a, b = pair(tmp_path)
+    a.buffer("global", "", "k").append(user("q"))
+    sync(a, b)
+    _tamper(a.path, "DROP TABLE flowdrop_sync_schema")
+    _tamper(a.path, "DROP TABLE flowdrop_sync_hlc")
+    a.buffer("global", "", "k").append(user("more"))
+    assert sync(a, b).sent_a_to_b == 1
+    assert contents(a) == contents(b)
+    import sqlite3
+
+    conn = sqlite3.connect(a.path)
+    try:
+        assert conn.execute("SELECT step FROM flowdrop_sync_schema").fetchall() == [(1,)]
+        assert conn.execute("SELECT count(*) FROM flowdrop_sync_hlc").fetchone() is not None
+    finally:
+        conn.close()
+
+
+def test_postgresql_a_sync_of_current_stores_runs_no_ddl(
+    tmp_path: Path, postgresql_url: str
+) -> None:
+    """On the server, an event trigger refuses every DDL command once the first sync
+    is done: later syncs (and appends, pops, renames) still work."""
+    import psycopg
+
+    server = Store(postgresql_url)
+    laptop = Store(str(tmp_path / "laptop.db"))
+    server.buffer("global", "", "k").append(user("q"))
+    sync(laptop, server)
+    admin = psycopg.connect(postgresql_url, autocommit=True)
+    admin.execute(
+        "CREATE FUNCTION public.flowdrop_test_no_ddl() RETURNS event_trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'DDL during a sync: %', tg_tag; END $$"
+    )
+    admin.execute(
+        "CREATE EVENT TRIGGER flowdrop_test_no_ddl ON ddl_command_start "
+        "EXECUTE FUNCTION public.flowdrop_test_no_ddl()"
+    )
+    try:
+        with psycopg.connect(postgresql_url) as other, pytest.raises(psycopg.Error, match="DDL"):
+            other.execute("CREATE TABLE flowdrop_test_probe (a int)")  # the trigger works
+        server.buffer("global", "", "k").append(user("from the server"))
+        server.buffer("global", "", "k").set_title("named")
+        laptop.buffer("global", "", "k").append({"role": "assistant", "content": "a"})
+        report = sync(laptop, server)
+        assert report.sent_a_to_b == 1 and report.sent_b_to_a == 1
+        assert contents(laptop) == contents(server)
+    finally:
+        admin.execute("DROP EVENT TRIGGER flowdrop_test_no_ddl")
+        admin.execute("DROP FUNCTION public.flowdrop_test_no_ddl()")
+        admin.close()
+        laptop.close()
+        server.close()
+
+
+def test_a_conversation_deleted_behind_the_library_is_deleted_on_the_peer(
+    tmp_path: Path,
+) -> None:
+    """A conversation deleted by plain SQL (no trigger saw it) is found gone by the
+    next sync, which deletes it on the peer too instead of making it again, empty,
+    on the side that deleted it."""
+    a, b = pair(tmp_path)
+    a.buffer("global", "", "kept").append(user("q"))
+    a.buffer("global", "", "doomed").append(user("q"))
+    a.buffer("global", "", "doomed").set_title("doomed")
+    sync(a, b)
+    import sqlite3
+
+    conn = sqlite3.connect(a.path)
+    with conn:  # as a user's own SQL would, its messages going with it
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("DELETE FROM buffers WHERE key = 'doomed'")
+    conn.close()
+    report = sync(a, b)
+    assert report.conversations_deleted_on_b == 1
+    assert [r.key for r in a.buffers()] == [r.key for r in b.buffers()] == ["kept"]
+    assert sync(a, b).moved == 0
+    assert [r.key for r in a.buffers()] == ["kept"]

@@ -48,7 +48,6 @@ from .._sync_sql import (
     PG_SEQ_LOCK,
     PG_STORE_CLOCK,
     SYNC_COMMON,
-    SYNC_TABLES,
 )
 from ..check import Violation, check_rows
 from ..engine import BufferState
@@ -366,7 +365,6 @@ SQL: dict[str, str] = {
         f"FROM {_JOINED_AT} ORDER BY m.position"
     ),
     # ------------------------------------------------ offline sync (syncing.py)
-    **{f"sync_create_{i}": ddl for i, ddl in enumerate(SYNC_TABLES)},
     "sync_tables": (
         "SELECT count(*) FROM pg_tables "
         "WHERE schemaname = current_schema() AND tablename = 'flowdrop_sync_replica'"
@@ -401,12 +399,9 @@ SQL: dict[str, str] = {
     ),
     "sync_contents": "SELECT id, content, content_parts FROM messages WHERE id = ANY(%s)",
     **{name: sql.replace("?", "%s") for name, sql in SYNC_COMMON.items()},
-    "sync_schema_current": (
-        "SELECT (SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() "
-        "AND tablename = 'flowdrop_sync_conversations') + (SELECT count(*) FROM pg_trigger AS t "
-        "JOIN pg_class AS c ON c.oid = t.tgrelid "
-        "WHERE c.relnamespace = current_schema()::regnamespace "
-        "AND t.tgname = 'flowdrop_sync_conversation_changed')"
+    "sync_schema_table": (
+        "SELECT count(*) FROM pg_tables "
+        "WHERE schemaname = current_schema() AND tablename = 'flowdrop_sync_schema'"
     ),
     "sync_lock_registers": (
         "LOCK TABLE memory, sessions, session_viewers IN SHARE ROW EXCLUSIVE MODE"

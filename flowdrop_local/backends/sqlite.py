@@ -41,7 +41,6 @@ from .._sync_sql import (
     SQLITE_DELETE_TRIGGERS,
     SQLITE_STORE_CLOCK,
     SYNC_COMMON,
-    SYNC_TABLES,
     adopt_copy,
     content_md5,
 )
@@ -360,7 +359,6 @@ SQL: dict[str, str] = {
     # ------------------------------------------------ offline sync (syncing.py)
     # Sync's own tables, made on first use (they name none of ours, so the schema
     # check lets them be); see syncing.py for what each holds.
-    **{f"sync_create_{i}": ddl for i, ddl in enumerate(SYNC_TABLES)},
     "sync_tables": (
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'flowdrop_sync_replica'"
     ),
@@ -408,10 +406,8 @@ SQL: dict[str, str] = {
     **SYNC_COMMON,
     # Whether this connection is ready for sync: its tables (the newest one), and
     # the TEMP triggers that record deletions (_sync_sql.SQLITE_DELETE_TRIGGERS).
-    "sync_schema_current": (
-        "SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'table' "
-        "AND name = 'flowdrop_sync_conversations') + (SELECT count(*) FROM sqlite_temp_master "
-        "WHERE type = 'trigger' AND name = 'flowdrop_sync_conversation_made')"
+    "sync_schema_table": (
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'flowdrop_sync_schema'"
     ),
     "sync_lock_registers": "SELECT 1",
     "sync_lock_timeout": "SELECT 1",
@@ -726,6 +722,9 @@ class SqliteBackend(Backend):
         made = None  # the file as created here, exclusively (as backup creates its target)
         if path != ":memory:" and not self.read_only:
             made = _files.open_or_create(path, create)
+        # The file's schema version when this connection last made sure it records
+        # deletions if the store syncs (_arm_sync); None: check at the next write.
+        self._armed_at: int | None = None
             self.created = made is not None
         try:
             conn = self._connect()
@@ -745,9 +744,6 @@ class SqliteBackend(Backend):
         try:
             journal_mode = prepare(conn, path, create=create)
             self._configure(conn, journal_mode)
-            if not self.read_only and conn.execute(SQL["sync_tables"]).fetchone()[0]:
-                for ddl in SQLITE_DELETE_TRIGGERS:  # a store that syncs records deletions
-                    conn.execute(ddl)
         except BaseException as error:
             conn.close()
             if self.created:  # a failed open leaves no file behind that it made
@@ -886,9 +882,23 @@ class SqliteBackend(Backend):
             except sqlite3.OperationalError as error:
                 message = str(error)
                 if "readonly" in message or "read-only" in message:
+        self._armed_at = None  # TEMP triggers made in the transaction go with it
                     raise ReadOnlyStore(f"{self.path} is read-only: {message}") from None
                 if "locked" not in message and "busy" not in message:
                     raise FlowdropError(f"cannot start a write on {self.path}: {message}") from None
+    def _arm_sync(self, conn: sqlite3.Connection) -> None:
+        """Inside a write: once the store syncs (its sync tables exist, made by any
+        connection, this one's open included), this connection's TEMP triggers
+        record every deletion and rename it makes (_sync_sql.SQLITE_DELETE_TRIGGERS).
+        Checked again only when the file's schema changed: one pragma a write."""
+        schema = conn.execute("PRAGMA main.schema_version").fetchone()[0]
+        if schema == self._armed_at:
+            return
+        if conn.execute(SQL["sync_tables"]).fetchone()[0]:
+            for ddl in SQLITE_DELETE_TRIGGERS:
+                conn.execute(ddl)
+        self._armed_at = schema
+
                 if not warned:
                     warned = True
                     log.warning(
@@ -919,6 +929,7 @@ class SqliteBackend(Backend):
         if self.path == ":memory:":
             with self.read() as tx:
                 everything = [(i, row) for i, (s, p) in enumerate(reads) for row in tx.all(s, p)]
+                self._arm_sync(conn)
             for item in everything:
                 self.connection()  # a store closed meanwhile: StoreClosed, as every read
                 yield item
