@@ -13,7 +13,10 @@
 --   * JSON lives in text columns (kept byte-exact, as on SQLite) and is checked
 --     with jsonb; generated columns are STORED (PostgreSQL has no VIRTUAL);
 --   * triggers are PL/pgSQL functions; the identity-scope backstop of buffers is
---     a CHECK.
+--     a CHECK;
+--   * every function pins its search_path (pg_catalog, this schema, pg_temp: the
+--     DO block at the end) and schema-qualifies the built-ins a user's overload
+--     could take over, so it runs the same for every client (issue 21 A).
 
 CREATE TABLE flowdrop_meta (
     name  text PRIMARY KEY,
@@ -21,7 +24,7 @@ CREATE TABLE flowdrop_meta (
 );
 
 CREATE FUNCTION flowdrop_now() RETURNS text LANGUAGE sql STABLE AS
-$$ SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') $$;
+$$ SELECT pg_catalog.to_char(pg_catalog.clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') $$;
 
 CREATE TABLE buffers (
     id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -96,11 +99,12 @@ BEGIN
     UPDATE messages AS m
     SET tally = CASE WHEN gone.last_position > m.position THEN gone.last_tally ELSE m.tally END
                 - gone.n
-    FROM (SELECT buffer_id, count(*) AS n, max(position) AS last_position,
-                 (array_agg(tally ORDER BY position DESC))[1] AS last_tally
+    FROM (SELECT buffer_id, pg_catalog.count(*) AS n, pg_catalog.max(position) AS last_position,
+                 (pg_catalog.array_agg(tally ORDER BY position DESC))[1] AS last_tally
           FROM deleted GROUP BY buffer_id) AS gone
     WHERE m.buffer_id = gone.buffer_id
-      AND m.position = (SELECT max(position) FROM messages WHERE buffer_id = gone.buffer_id);
+      AND m.position = (SELECT pg_catalog.max(position) FROM messages
+                        WHERE buffer_id = gone.buffer_id);
     RETURN NULL;
 END $$;
 
@@ -171,3 +175,17 @@ CREATE INDEX session_viewers_user ON session_viewers (user_id);
 INSERT INTO flowdrop_meta (name, value) VALUES
     ('application_id', '1178881107'),  -- 0x46444C53, 'FDLS', as in schema.sql
     ('schema_version', '3');
+
+-- Each function resolves names in pg_catalog first, then this schema, whichever
+-- client's statement fires it (postgresql_trust.py; refresh_statements does the
+-- same for a store made before this).
+DO $$
+DECLARE
+    path text := 'pg_catalog, ' || pg_catalog.quote_ident(pg_catalog.current_schema()) || ', pg_temp';
+    f text;
+BEGIN
+    FOREACH f IN ARRAY ARRAY['flowdrop_now()', 'flowdrop_tally_deleted()',
+                             'flowdrop_user_needs_answered_calls()', 'flowdrop_place_is_fixed()'] LOOP
+        EXECUTE 'ALTER FUNCTION ' || f || ' SET search_path = ' || path;
+    END LOOP;
+END $$;
