@@ -406,9 +406,11 @@ def test_a_pool_handed_in_keeps_its_connections_search_path(app_url: str) -> Non
     """The pin is transaction-local: the application's own statements on the same
     pooled connections still see the path it configured."""
     psycopg_pool = pytest.importorskip("psycopg_pool")
-    with psycopg_pool.ConnectionPool(app_url, min_size=1, max_size=1, open=True) as pool:
-        with Store(pool) as store:
-            store.buffer("user", "ana", "chat").append({"role": "user", "content": "hi"})
-            with pool.connection() as conn:
-                (path,) = conn.execute("SHOW search_path").fetchone()
+    with (
+        psycopg_pool.ConnectionPool(app_url, min_size=1, max_size=1, open=True) as pool,
+        Store(pool) as store,
+    ):
+        store.buffer("user", "ana", "chat").append({"role": "user", "content": "hi"})
+        with pool.connection() as conn:
+            (path,) = conn.execute("SHOW search_path").fetchone()
     assert path.replace(" ", "").endswith(",public")
