@@ -32,6 +32,8 @@ from .providers._common import RESPONSES_ITEM
 # Limits are SQLite integers: anything larger cannot be bound, so it is refused
 # here as a usage error rather than failing inside the query.
 LIMIT: Final = click.IntRange(min=0, max=2**63 - 1)
+# --lock-timeout: what Store(lock_timeout=) takes (store.MAX_SECONDS at most).
+LOCK_SECONDS: Final = click.FloatRange(min=0, min_open=True, max=1_000_000)
 TOO_LONG_INTEGER: Final = (
     f"an integer of more than {sys.get_int_max_str_digits():,} digits, which Python cannot read"
 )
@@ -131,6 +133,16 @@ class FlowdropGroup(click.Group):
         except click.ClickException as error:
             _escape(error)
             raise
+
+
+def require_conversation(buffer: Any, where: str) -> None:
+    """:class:`BadInput` (exit 2) for an address no conversation has: ``show`` or
+    ``delete`` of a typo must say so, not print nothing (or "deleted ... 0"). A buffer
+    with a row (titled, or emptied) is a conversation; a refused identity scope is
+    left to its refusal (it logs one warning and reads as empty, MEM-7)."""
+    if getattr(buffer, "refused", False) or buffer.info().created_at is not None:
+        return
+    raise BadInput(f"no conversation {'/'.join(buffer.address)} in {where}")
 
 
 def parse_json(text: str, option: str) -> Any:

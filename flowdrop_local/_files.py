@@ -25,7 +25,14 @@ import re
 import sqlite3
 import stat
 
-from .errors import DatabaseNotFound, FlowdropError, InvalidArgument, SymlinkRefused
+from .errors import (
+    DatabaseNotFound,
+    FlowdropError,
+    InvalidArgument,
+    SymlinkRefused,
+    has_lone_surrogate,
+    shown,
+)
 
 PRIVATE_MODE = 0o600
 SIDECARS = ("-wal", "-shm", "-journal")
@@ -50,6 +57,11 @@ def checked_path(path: object, what: str) -> str:
         raise InvalidArgument(f"{what} must be a text path, not {type(text).__name__}")
     if not text or "\x00" in text:
         raise InvalidArgument(f"{what} must be a non-empty path without NUL characters: {text!r}")
+    if has_lone_surrogate(text):  # an undecodable byte: no file system call takes it
+        raise InvalidArgument(
+            f"{what} {shown(text)} holds a lone surrogate (a byte that is not UTF-8); "
+            "give the path as valid text"
+        )
     refuse_connection_string(text, what)
     return text
 

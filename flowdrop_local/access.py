@@ -231,7 +231,47 @@ def resolve_address(scope: str, scope_id: object) -> ScopeResolution:
             f"scope {scope!r} is not the identity scope {scope.lower()!r}; "
             "write identity scopes exactly"
         )
+    _warn_near_identity(scope)
     return ScopeResolution(scope, scope_id)  # type: ignore[arg-type]  # Buffer checks it
+
+
+_NEAR_WARNED: set[str] = set()
+
+
+def _one_letter_apart(a: str, b: str) -> bool:
+    """Whether ``a`` becomes ``b`` by one letter changed, added or removed, or two
+    neighbours swapped (``"sesion"``, ``"sesssion"``, ``"usr"``, ``"suer"``)."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        apart = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(apart) == 1 or (
+            len(apart) == 2
+            and apart[1] == apart[0] + 1
+            and a[apart[0]] == b[apart[1]]
+            and a[apart[1]] == b[apart[0]]
+        )
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    return any(long_[:i] + long_[i + 1 :] == short for i in range(len(long_)))
+
+
+def _warn_near_identity(scope: str) -> None:
+    """Warn (once per name and process) when an ordinary scope is one letter away from
+    an identity scope: ``"sesion"`` is a shared scope, readable by every caller that
+    names it, which is what a typo of ``"session"`` must not silently become. Only a
+    warning: such a name may be meant (an application's own ``"users"`` scope)."""
+    lowered = scope.lower()
+    near = next((name for name in IDENTITY_SCOPES if _one_letter_apart(lowered, name)), None)
+    if near is None or scope in _NEAR_WARNED:
+        return
+    _NEAR_WARNED.add(scope)
+    log.warning(
+        "flowdrop_local: scope %r is one letter away from the identity scope %r; it is an "
+        "ordinary, shared scope (no identity is checked); write %r if that was meant",
+        scope,
+        near,
+        near,
+    )
 
 
 def _warn_refusal(context: ExecutionContext | None, refusal: ScopeResolution) -> None:

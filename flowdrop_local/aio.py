@@ -43,7 +43,7 @@ from .model import AppendResult, BufferRef, Message
 from .portability import export_reads, export_record
 from .providers._common import window_reads
 from .refused import buffer_of
-from .store import Store, check_lock_warning_after
+from .store import Store, check_lock_timeout, check_seconds
 
 __all__ = ["AsyncBuffer", "AsyncStore", "new_message_id"]
 
@@ -70,14 +70,15 @@ class AsyncStore:
         *,
         durability: Durability = "normal",
         lock_warning_after: float = 5.0,
+        lock_timeout: float | None = None,
         read_only: bool = False,
         create: bool = True,
     ) -> None:
-        check_lock_warning_after(lock_warning_after)
         self._target = target
         self._options: dict[str, Any] = {
             "durability": durability,
-            "lock_warning_after": lock_warning_after,
+            "lock_warning_after": check_seconds("lock_warning_after", lock_warning_after),
+            "lock_timeout": check_lock_timeout(lock_timeout),
             "read_only": read_only,
             "create": create,
         }
@@ -107,6 +108,7 @@ class AsyncStore:
             self._pg = await AsyncPostgresBackend.connect(
                 self._target,
                 lock_warning_after=self._options["lock_warning_after"],
+                lock_timeout=self._options["lock_timeout"],
                 create=self._options["create"],
             )
             self.path = self._pg.where

@@ -22,10 +22,13 @@ from .backends.base import Backend, Tx
 from .engine import Placement, Plan, new_message_id, validate_batch
 from .errors import (
     BufferNotEmpty,
+    CorruptRow,
     InvalidAddress,
     InvalidArgument,
     MessageNotFound,
+    has_lone_surrogate,
     shown,
+    stored_json,
 )
 from .model import AppendResult, BufferInfo, Message, converter
 from .rules.incoming import Incoming
@@ -154,9 +157,12 @@ def _fork(
 def _row_to_dict(role: str, content: str, parts: int, metadata: str) -> dict[str, Any]:
     return {
         "role": role,
-        "content": json.loads(content) if parts else content,
-        "metadata": json.loads(metadata),
+        "content": stored_json(content, _A_MESSAGE, role) if parts else content,
+        "metadata": stored_json(metadata, _A_MESSAGE, role),
     }
+
+
+_A_MESSAGE = "a stored {} message"
 
 
 class Buffer:
@@ -300,8 +306,10 @@ class Buffer:
                     "id": id_,
                     "position": position,
                     "role": role,
-                    "content": json.loads(content) if parts else content,
-                    "metadata": json.loads(metadata),
+                    "content": (
+                        stored_json(content, "message {}", id_) if parts else content
+                    ),
+                    "metadata": stored_json(metadata, "message {}", id_),
                     "created_at": created_at,
                 },
                 Message,
@@ -422,11 +430,20 @@ class Buffer:
         """
         with self.db.read(snapshot=False) as tx:
             row = tx.one("buffer_info", self.address)
+        return self._info(row)
+
+    def _info(self, row: Any) -> BufferInfo:
+        """:meth:`info` from its row (a damaged metadata column: CorruptRow)."""
         if row is None:
             return BufferInfo(*self.address)
         title, metadata, created_at, updated_at, count = row
         return BufferInfo(
-            *self.address, title, json.loads(metadata), created_at, updated_at, int(count)
+            *self.address,
+            title,
+            stored_json(metadata, "the metadata of buffer {}/{}/{}", *self.address),
+            created_at,
+            updated_at,
+            int(count),
         )
 
     def set_title(self, title: str) -> BufferInfo:
@@ -439,7 +456,8 @@ class Buffer:
         text = check_title(title)
         with self.db.write() as tx:
             tx.write("set_title", (text, self._row(tx)))
-        return self.info()
+            # Read in the write: a row that cannot be shown rolls the title back.
+            return self._info(tx.one("buffer_info", self.address))
 
     def update_metadata(self, changes: Mapping[str, Any]) -> BufferInfo:
         """Merge ``changes`` into the conversation's metadata object; returns :meth:`info`.
@@ -459,7 +477,13 @@ class Buffer:
         checked_json(dict(changes))  # bad input is refused before the transaction
         with self.db.write() as tx:
             buffer_id = self._row(tx)
-            stored = json.loads(tx.one("buffer_metadata", (buffer_id,))[0])
+            stored = stored_json(
+                tx.one("buffer_metadata", (buffer_id,))[0],
+                "the metadata of buffer {}/{}/{}",
+                *self.address,
+            )
+            if not isinstance(stored, dict):
+                raise CorruptRow(f"the metadata of buffer {'/'.join(self.address)} is no object")
             for name, value in changes.items():
                 if value is None:
                     stored.pop(name, None)
@@ -528,7 +552,7 @@ class Buffer:
             InvalidAddress: ``to`` is not a usable address (an identity scope whose
                 id names nobody included).
         """
-        if not isinstance(at, str):
+        if not isinstance(at, str) or has_lone_surrogate(at):
             raise InvalidArgument(f"at must be a message id (a string), not {shown(at)}")
         target = _fork_target(self.db, to)
         if target.address == self.address:

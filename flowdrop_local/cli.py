@@ -18,12 +18,14 @@ import click
 
 from ._cli_common import (
     LIMIT,
+    LOCK_SECONDS,
     TOO_LONG_INTEGER,
     BadInput,
     FlowdropGroup,
     dump,
     echo_history,
     parse_json,
+    require_conversation,
 )
 from ._files import remove_database
 from ._terminal import visible
@@ -50,12 +52,22 @@ def _open(ctx: click.Context) -> Iterator[Store]:
     """The store for the command; a command that fails removes a file it created."""
     store: Store | None = None
     try:
-        with Store(ctx.obj["db"], create=ctx.info_name in _CREATING) as store:
+        with Store(
+            ctx.obj["db"],
+            create=ctx.info_name in _CREATING,
+            lock_timeout=ctx.obj["lock_timeout"],
+        ) as store:
             yield store
     except BaseException:
         if store is not None and store.created:
             remove_database(store.path)
         raise
+
+
+def _lock_timeout() -> float | None:
+    """The group's ``--lock-timeout``, for a command that opens stores of its own."""
+    timeout: float | None = click.get_current_context().find_root().obj["lock_timeout"]
+    return timeout
 
 
 @click.group(cls=FlowdropGroup)
@@ -67,11 +79,19 @@ def _open(ctx: click.Context) -> Iterator[Store]:
     show_default=True,
     help="The database: a SQLite file or a postgresql:// URL (or set FLOWDROP_DB).",
 )
+@click.option(
+    "--lock-timeout",
+    type=LOCK_SECONDS,
+    envvar="FLOWDROP_LOCK_TIMEOUT",
+    metavar="SECONDS",
+    help="Give up a write (exit 2, nothing written) after waiting this long for another "
+    "writer's lock; default: wait for it (or set FLOWDROP_LOCK_TIMEOUT).",
+)
 @click.version_option(package_name="flowdrop-local")
 @click.pass_context
-def cli(ctx: click.Context, db: str) -> None:
+def cli(ctx: click.Context, db: str, lock_timeout: float | None) -> None:
     """Keep LLM conversation buffers in one SQLite file, healed and sendable."""
-    ctx.obj = {"db": db}
+    ctx.obj = {"db": db, "lock_timeout": lock_timeout}
 
 
 @cli.command()
@@ -143,6 +163,7 @@ def show(
     """Print the history of buffer SCOPE SCOPE_ID KEY."""
     with _open(ctx) as store:
         buffer = store.buffer(scope, scope_id, key)
+        require_conversation(buffer, store.path)
         if payload_format is not None:
             dump(_payload(buffer, payload_format, limit))
             return
@@ -330,7 +351,7 @@ def copy(source: str, target: str, replace: bool, quiet: bool) -> None:
     with Store(source, create=False) as src:
         created = False
         try:
-            with Store(target) as dst:
+            with Store(target, lock_timeout=_lock_timeout()) as dst:
                 created = dst.created
                 with _progress(src.export(full=True), "copying", quiet) as records:
                     try:
@@ -388,7 +409,11 @@ def sync_(
 
     if new_replica is not None and new_replica not in (a, b):
         raise BadInput("--new-replica names A or B")
-    with Store(a, create=False) as left, Store(b, create=False) as right:
+    timeout = _lock_timeout()
+    with (
+        Store(a, create=False, lock_timeout=timeout) as left,
+        Store(b, create=False, lock_timeout=timeout) as right,
+    ):
         if new_replica is not None:
             syncing.new_replica(left if new_replica == a else right)
         try:
@@ -594,6 +619,7 @@ def delete(ctx: click.Context, scope: str, scope_id: str, key: str, yes: bool) -
     """
     with _open(ctx) as store:
         buffer = store.buffer(scope, scope_id, key)
+        require_conversation(buffer, store.path)
         if not yes and sys.stdin.isatty():
             count = len(buffer)
             click.confirm(

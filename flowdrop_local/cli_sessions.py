@@ -45,7 +45,11 @@ def _api(ctx: click.Context, as_user: str | None, admin: bool) -> Iterator[Sessi
     """
     store: Store | None = None
     try:
-        with Store(ctx.obj["db"], create=ctx.info_name == "create") as store:
+        with Store(
+            ctx.obj["db"],
+            create=ctx.info_name == "create",
+            lock_timeout=ctx.obj.get("lock_timeout"),
+        ) as store:
             yield store.sessions(Principal(as_user, admin=admin))
     except BaseException:
         if store is not None and store.created:

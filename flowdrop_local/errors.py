@@ -6,6 +6,9 @@ Each error also inherits the built-in exception it resembles, so an existing
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 
 class FlowdropError(Exception):
     """Root of every error flowdrop_local raises on purpose."""
@@ -186,3 +189,59 @@ class SymlinkRefused(FlowdropError, OSError):
     umask's mode, not 0600), a file someone else may have chosen. Nothing is opened,
     created or removed.
     """
+
+
+class LockTimeout(FlowdropError, TimeoutError):
+    """A write waited ``lock_timeout`` seconds for a lock another writer held (SQLite's
+    write lock, a PostgreSQL row or table lock); it gave up and wrote nothing.
+
+    ``seconds`` is the timeout the store was opened with.
+    """
+
+    def __init__(self, message: str, seconds: float) -> None:
+        self.seconds = seconds
+        super().__init__(message)
+
+
+class ServerUnreachable(FlowdropError, ConnectionError):
+    """No connection to the PostgreSQL server could be made (refused, unknown host, timed
+    out, or turned away: a wrong password, a missing database). Nothing was opened; the
+    message gives libpq's reason without any secret of the URL. Not to be confused with
+    :class:`NotADatabase` or :class:`NotAFlowdropDatabase`: the server was never reached."""
+
+
+class CorruptRow(NotADatabase):
+    """A stored row does not hold what the library writes (text that is not JSON, say):
+    the file was changed outside the library. The message names the row; ``check()``
+    lists every such row."""
+
+
+class TooLarge(FlowdropError, ValueError):
+    """A value is longer than the database takes (SQLite's ``SQLITE_LIMIT_LENGTH``, a
+    PostgreSQL field's limit); nothing was written."""
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (``"\\ud800"``: an undecodable byte of a
+    path or of ``argv``, as Python decodes it), which no database, file system call or
+    UTF-8 encoder takes. The one test every text crossing into the library goes through."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def stored_json(text: object, what: str, *args: object) -> Any:
+    """``json.loads`` of a JSON column read back from the database, or :class:`CorruptRow`
+    naming the row (``what.format(*args)``, formatted only on failure: this runs per
+    row read) when a damaged file holds something else there."""
+    try:
+        return json.loads(text)  # type: ignore[arg-type]
+    except (ValueError, TypeError, RecursionError) as error:  # JSONDecodeError: a ValueError
+        raise CorruptRow(
+            f"the database is damaged: {what.format(*args)} does not hold valid JSON "
+            f"({type(error).__name__}); run 'flowdrop-local check'"
+        ) from None

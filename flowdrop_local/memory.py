@@ -17,7 +17,7 @@ import attrs
 
 from .access import ExecutionContext, ScopeResolution, resolve_scope
 from .engine import Step, drive
-from .errors import InvalidAddress, InvalidValue, shown
+from .errors import InvalidAddress, InvalidValue, shown, stored_json
 from .rules.incoming import MAX_STORED_BYTES, too_big
 
 if TYPE_CHECKING:
@@ -117,7 +117,8 @@ def get_op(
         row = yield "one", "memory_get", (scope, resolution.scope_id, key)
         if row is None:
             return MemoryRead(default, False, scope, resolution.scope_id)
-        return MemoryRead(json.loads(row[0]), True, scope, resolution.scope_id)
+        value = stored_json(row[0], "memory key {!r} of scope {}", key, scope)
+        return MemoryRead(value, True, scope, resolution.scope_id)
 
     return plan()
 

@@ -62,12 +62,13 @@ from .access import IDENTITY_SCOPES, SCOPES, resolve_address, usable_identity
 from .buffer import Buffer, Placement, check_address_part, new_message_id
 from .engine import drive, edited
 from .errors import (
+    CorruptRow,
     FlowdropError,
     InvalidAddress,
     InvalidImport,
     InvalidMessage,
     InvalidValue,
-    NotADatabase,
+    has_lone_surrogate,
 )
 from .positions import is_valid_key, key_between, keys_between
 from .refused import buffer_of
@@ -148,6 +149,8 @@ def export_reads(
             f"got a {type(address).__name__}"
             + (f" of {len(address)}" if isinstance(address, tuple | list) else "")
         )
+    if address is not None and any(has_lone_surrogate(part) for part in address):
+        raise InvalidAddress("an export address must not hold a lone surrogate")
     messages = ("export_all", ()) if address is None else ("export_one", tuple(address))
     if not full:
         return [messages]
@@ -167,7 +170,7 @@ def _record(where: str, row: tuple[Any, ...]) -> dict[str, Any]:
         decoded_content = json.loads(content) if parts else content
         decoded_metadata = json.loads(metadata)
     except (ValueError, RecursionError) as error:  # JSONDecodeError is a ValueError
-        raise NotADatabase(
+        raise CorruptRow(
             f"{where} is damaged: message {id_} of buffer {scope}/{scope_id}/{key} "
             f"does not hold valid JSON ({type(error).__name__}: {error})"
         ) from None
@@ -216,7 +219,7 @@ def _side_record(where: str, kind: str, row: tuple[Any, ...]) -> dict[str, Any]:
             try:
                 value = json.loads(value)
             except (ValueError, RecursionError) as error:
-                raise NotADatabase(
+                raise CorruptRow(
                     f"{where} is damaged: a {kind} row does not hold valid JSON in {field} "
                     f"({type(error).__name__})"
                 ) from None

@@ -55,7 +55,14 @@ from .access import (
 )
 from .buffer import Buffer
 from .engine import new_message_id, validate_batch
-from .errors import InvalidContext, InvalidMessage, InvalidSession, SessionStopped, shown
+from .errors import (
+    InvalidContext,
+    InvalidMessage,
+    InvalidSession,
+    SessionStopped,
+    shown,
+    stored_json,
+)
 from .model import AppendResult, Message
 from .refused import buffer_of
 from .rules.incoming import MAX_STORED_BYTES, coerce_content, too_big
@@ -175,11 +182,12 @@ def _row_to_session(row: tuple[Any, ...]) -> tuple[Session, SessionFacts]:
         status,
         n,
         conversation_key(n),
-        json.loads(metadata),
+        stored_json(metadata, "the metadata of session {}", sid),
         created_at,
         updated_at,
     )
-    return session, SessionFacts(sid, owner_id, frozenset(json.loads(viewers)))
+    viewers = stored_json(viewers, "the viewers of session {}", sid)
+    return session, SessionFacts(sid, owner_id, frozenset(viewers))
 
 
 class Sessions:
@@ -500,8 +508,8 @@ class Sessions:
             id_,
             position,
             role,
-            json.loads(stored) if stored_parts else stored,
-            json.loads(metadata),
+            stored_json(stored, "message {}", id_) if stored_parts else stored,
+            stored_json(metadata, "message {}", id_),
             created_at,
         )
 

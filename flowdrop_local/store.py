@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
-import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -31,7 +30,7 @@ from .backends import Durability, open_backend
 from .backends.base import Backend
 from .buffer import Buffer, check_address_part, check_limit
 from .check import Violation
-from .errors import InvalidArgument, UnsupportedOperation, shown
+from .errors import InvalidArgument, UnsupportedOperation, shown, stored_json
 from .model import BufferInfo, BufferRef, Page, SearchHit
 from .portability import (
     ImportReport,
@@ -72,12 +71,41 @@ def _read_cursor(cursor: object) -> tuple[str, int]:
     return updated_at, number
 
 
+# The longest wait a setting may ask for: SQLite's busy timeout is a C int of
+# milliseconds (about 24.8 days); this is well inside it.
+MAX_SECONDS = 1_000_000.0
+
+
+def check_seconds(name: str, value: object) -> float:
+    """A number of seconds as a float: positive, finite and at most :data:`MAX_SECONDS`.
+
+    The one conversion of a time setting: ``10**5000`` (OverflowError as a float),
+    ``inf``, NaN, ``True`` or ``0`` would otherwise reach SQLite's busy timeout or
+    PostgreSQL's ``lock_timeout`` as garbage.
+
+    Raises:
+        InvalidArgument: anything else.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value <= MAX_SECONDS  # False for NaN; no float() of a huge int
+    ):
+        raise InvalidArgument(
+            f"{name} must be a number of seconds above 0 and at most {MAX_SECONDS:,.0f}, "
+            f"got {shown(value)}"
+        )
+    return float(value)
+
+
 def check_lock_warning_after(value: object) -> None:
     """``lock_warning_after`` is a positive number of seconds, or InvalidArgument."""
-    if not isinstance(value, int | float) or not value > 0:
-        raise InvalidArgument(
-            f"lock_warning_after must be a positive number of seconds, got {shown(value)}"
-        )
+    check_seconds("lock_warning_after", value)
+
+
+def check_lock_timeout(value: object) -> float | None:
+    """``lock_timeout``: None (wait for ever, the default) or a number of seconds."""
+    return None if value is None else check_seconds("lock_timeout", value)
 
 
 class Store:
@@ -91,7 +119,10 @@ class Store:
             append survives any crash of the process) or ``"full"``
             (synchronous=FULL: it also survives a power loss or an OS crash).
         lock_warning_after: seconds an append waits for another writer before a
-            warning is logged; it then goes on waiting (MEM-12: never fatal).
+            warning is logged; it then goes on waiting (MEM-12), until ``lock_timeout``.
+        lock_timeout: seconds a write waits for a lock another writer holds before
+            it raises :class:`~flowdrop_local.errors.LockTimeout`, having written
+            nothing. ``None`` (the default) waits for ever.
         read_only: SQLite only: open the file for reading.
         create: when false, a missing file (or an empty one) is refused instead of
             created: for callers that only read. The file is created mode 0600.
@@ -99,6 +130,8 @@ class Store:
     Raises:
         NotADatabase, NotAFlowdropDatabase, SchemaTooNew: the database is not one
             this library can open; it is left untouched.
+        ServerUnreachable: no connection to the PostgreSQL server could be made.
+        InvalidArgument: a setting is out of range.
     """
 
     def __init__(
@@ -107,14 +140,17 @@ class Store:
         *,
         durability: Durability = "normal",
         lock_warning_after: float = 5.0,
+        lock_timeout: float | None = None,
         read_only: bool = False,
         create: bool = True,
     ) -> None:
-        check_lock_warning_after(lock_warning_after)
+        lock_warning_after = check_seconds("lock_warning_after", lock_warning_after)
+        lock_timeout = check_lock_timeout(lock_timeout)
         self._backend: Backend = open_backend(
             target,
             durability=durability,
             lock_warning_after=lock_warning_after,
+            lock_timeout=lock_timeout,
             read_only=read_only,
             create=create,
         )
@@ -125,6 +161,7 @@ class Store:
         self.durability = self._backend.durability
         self.read_only = self._backend.read_only
         self.lock_warning_after = lock_warning_after
+        self.lock_timeout = lock_timeout
 
     @property
     def backend(self) -> Backend:
@@ -267,7 +304,16 @@ class Store:
             rows = tx.all(statement, (updated_at, row_id, scope, scope_id, limit + 1))
         page = rows[:limit]
         items = tuple(
-            BufferInfo(scope_, sid, key, title, json.loads(meta), created, updated, int(count))
+            BufferInfo(
+                scope_,
+                sid,
+                key,
+                title,
+                stored_json(meta, "the metadata of buffer {}/{}/{}", scope_, sid, key),
+                created,
+                updated,
+                int(count),
+            )
             for scope_, sid, key, title, meta, created, updated, count, _ in page
         )
         more = len(rows) > limit and bool(page)

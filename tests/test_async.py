@@ -27,7 +27,7 @@ from flowdrop_local import (
     InvalidValue,
     MessageIdTaken,
     MessageNotFound,
-    NotADatabase,
+    ServerUnreachable,
     Store,
     StoreClosed,
     UnsupportedOperation,
@@ -309,10 +309,10 @@ def test_sqlite_only_settings_on_postgresql_say_what_to_use(postgresql_url: str)
 
 
 def test_an_unreachable_server_is_a_typed_error_without_the_password() -> None:
-    """NotADatabase, and the password is nowhere in the message."""
+    """ServerUnreachable (issue 21 D), and the password is nowhere in the message."""
 
     async def main() -> None:
-        with pytest.raises(NotADatabase) as raised:
+        with pytest.raises(ServerUnreachable) as raised:
             await AsyncStore("postgresql://me:s3cret@127.0.0.1:1/db?connect_timeout=2")
         assert "s3cret" not in str(raised.value)
 

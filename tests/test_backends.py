@@ -252,13 +252,14 @@ def test_a_postgresql_schema_that_is_not_ours_is_refused_and_reported(
 
 
 def test_an_unreachable_server_is_a_typed_error_without_the_password() -> None:
-    """Nothing listens on port 1: NotADatabase at once, and the password never shows."""
+    """Nothing listens on port 1: ServerUnreachable at once (issue 21 D: not
+    NotADatabase), and the password never shows."""
     import time
 
-    from flowdrop_local import NotADatabase
+    from flowdrop_local import ServerUnreachable
 
     started = time.monotonic()
-    with pytest.raises(NotADatabase) as failed:
+    with pytest.raises(ServerUnreachable) as failed:
         Store("postgresql://app:hunter2@127.0.0.1:1/chat")
     assert "hunter2" not in str(failed.value) and "app:***@" in str(failed.value)
     assert time.monotonic() - started < 10

@@ -344,3 +344,42 @@ def test_the_size_check_counts_utf8_bytes_of_all_parts(
     piece = char * (1_000_000 // len(char.encode()))
     assert too_big(*[piece] * 999, extra) is too_big_
     assert too_big(piece, extra) is False
+
+
+@pytest.mark.parametrize(
+    ("scope", "near"),
+    [
+        ("sesion", "session"),
+        ("sessoin", "session"),
+        ("sessions", "session"),
+        ("Sesion", "session"),
+        ("usr", "user"),
+        ("users", "user"),
+        ("uesr", "user"),
+    ],
+)
+def test_a_scope_one_letter_from_an_identity_scope_is_warned_about_once(
+    db_path: Path, caplog: pytest.LogCaptureFixture, scope: str, near: str
+) -> None:
+    """An ordinary scope one letter away from ``user``/``session`` works (it may be
+    meant) but logs one warning naming the identity scope, once per name."""
+    import logging
+
+    caplog.set_level(logging.WARNING, "flowdrop_local")
+    with Store(db_path) as store:
+        store.buffer(scope, "s1", "k").append(OK_USER)
+        store.buffer(scope, "s2", "k").read()
+    warned = [r.getMessage() for r in caplog.records if "one letter away" in r.getMessage()]
+    assert len(warned) == 1 and repr(scope) in warned[0] and repr(near) in warned[0]
+
+
+@pytest.mark.parametrize("scope", ["session", "user", "global", "chat", "sess", "usage"])
+def test_other_scopes_are_not_warned_about(
+    db_path: Path, caplog: pytest.LogCaptureFixture, scope: str
+) -> None:
+    import logging
+
+    caplog.set_level(logging.WARNING, "flowdrop_local")
+    with Store(db_path) as store:
+        store.buffer(scope, "s1", "k").read()
+    assert not [r for r in caplog.records if "one letter away" in r.getMessage()]

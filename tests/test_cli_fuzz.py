@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flowdrop_local import Store
+from flowdrop_local import Principal, Store
 from flowdrop_local.cli import cli
 
 from .conftest import snapshot
@@ -245,3 +245,117 @@ def _argv(draw: st.DrawFn, command: click.Command, values: st.SearchStrategy[str
     if draw(st.integers(0, 9)) == 0:
         argv.append(draw(values))  # one too many
     return argv
+
+
+# ------------------------------------------------------- issue 21 D: what the user is told
+
+
+def _damaged(path: Path) -> str:
+    """A file whose message content, conversation metadata and session metadata are not
+    JSON (written with the CHECKs off, as another program could); the session's id."""
+    import sqlite3
+
+    with Store(path) as store:
+        store.buffer("session", "s1", "chat").append({"role": "user", "content": "hi"})
+        store.buffer("session", "s1", "chat").set_title("t")
+        session = store.sessions(Principal("alice")).create("wf")
+        store.sessions(Principal("alice")).drive(session.id, {"role": "user", "content": "hi"})
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA ignore_check_constraints = ON")
+    conn.execute("UPDATE messages SET content = '{bad', content_parts = 1")
+    conn.execute("UPDATE buffers SET metadata = '{bad'")
+    conn.execute("UPDATE sessions SET metadata = '{bad'")
+    conn.close()
+    return session.id
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["show", "session", "s1", "chat"],
+        ["show", "session", "s1", "chat", "--json"],
+        ["show", "session", "s1", "chat", "--format", "anthropic"],
+        ["export"],
+        ["buffers"],
+        ["sessions", "show", "SESSION", "--as", "alice"],
+        ["sessions", "list", "--as", "alice"],
+    ],
+    ids=" ".join,
+)
+def test_a_damaged_row_is_one_error_line_not_a_traceback(tmp_path: Path, argv: list[str]) -> None:
+    db = tmp_path / "damaged.db"
+    session_id = _damaged(db)
+    before = _state(db)
+    argv = [session_id if a == "SESSION" else a for a in argv]
+    result = CliRunner().invoke(cli, ["--db", str(db), *argv])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert result.stderr.splitlines()[-1].startswith("Error:") and "damaged" in result.stderr
+    assert _state(db) == before
+
+
+def test_show_and_delete_of_a_conversation_that_does_not_exist_say_so(tmp_path: Path) -> None:
+    """A typo in an address: one Error line, exit 2 (bad input), nothing changed; an
+    existing but empty conversation still shows as empty and deletes as 0 messages."""
+    db = tmp_path / "x.db"
+    _make_db(db)
+    before = _state(db)
+    for command in (["show"], ["delete", "--yes"], ["show", "--json"]):
+        result = CliRunner().invoke(cli, ["--db", str(db), *command, "session", "s1", "chta"])
+        assert result.exit_code == 2, (command, result.output)
+        assert result.stderr.splitlines()[-1] == (
+            f"Error: no conversation session/s1/chta in {db}"
+        ), result.stderr
+        assert _state(db) == before
+    with Store(db) as store:
+        store.buffer("s", "", "titled").set_title("nothing yet")
+    shown = CliRunner().invoke(cli, ["--db", str(db), "show", "s", "", "titled"])
+    assert shown.exit_code == 0 and shown.stdout == ""
+    deleted = CliRunner().invoke(cli, ["--db", str(db), "delete", "--yes", "s", "", "titled"])
+    assert deleted.exit_code == 0 and "(0 message(s))" in deleted.stdout
+
+
+def test_a_scope_one_letter_from_an_identity_scope_is_warned_about(tmp_path: Path) -> None:
+    """``append sesion ...`` stores into an ordinary, shared scope: it works (exit 0) and
+    stderr says which identity scope it is one letter away from."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "x.db"
+    argv = ["--db", str(db), "append", "sesion", "s1", "chat", "--role", "user"]
+    result = subprocess.run(
+        [sys.executable, "-m", "flowdrop_local.cli", *argv, "--content", "x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "one letter away from the identity scope 'session'" in result.stderr
+    exact_argv = [*argv[:3], "session", *argv[4:]]
+    exact = subprocess.run(
+        [sys.executable, "-m", "flowdrop_local.cli", *exact_argv, "--content", "x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "one letter away" not in exact.stderr
+
+
+def test_lock_timeout_option_gives_up_with_one_error_line(tmp_path: Path) -> None:
+    """``--lock-timeout 0.5`` while another process holds the write lock: exit 2, one
+    Error line naming the timeout, the file as it was."""
+    from .test_errors_typed import sqlite_write_lock_held
+
+    db = tmp_path / "x.db"
+    _make_db(db)
+    before = _state(db)
+    argv = ["--db", str(db), "--lock-timeout", "0.5", "append", "s", "", "k", "--role", "user"]
+    with sqlite_write_lock_held(db):
+        result = CliRunner().invoke(cli, [*argv, "--content", "x"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines()[-1].startswith("Error: gave up on a write")
+    assert "lock_timeout=0.5 s" in result.stderr
+    assert _state(db) == before
+    for bad in ("0", "-1", "nan", "1e400", "x"):
+        refused = CliRunner().invoke(cli, [*argv[:2], "--lock-timeout", bad, "buffers"])
+        assert refused.exit_code == 2 and "Traceback" not in refused.output

@@ -12,6 +12,7 @@ leaves every table as it was. A call that is accepted leaves a file that passes
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -364,3 +365,247 @@ def test_the_fuzz_reaches_every_public_callable() -> None:
     }
     not_yet = set(NOT_YET_TYPED)
     assert callables - fuzzed - not_yet - elsewhere - records == set()
+
+
+# ------------------------------------------------------------- input classes (issue 21 D)
+# Each class of input goes to every place that takes it, one call per case, so a new
+# escape names its call: a lone surrogate everywhere a string goes, a huge or unusual
+# number everywhere a number goes, and rows a damaged file holds under every read.
+
+SURROGATE = "x\ud800y"
+
+
+def _backup(store: Store, target: str) -> None:
+    store.backup(target)
+
+
+async def _async_memory(store: fl.AsyncStore, key: str, value: object) -> object:
+    return await store.memory_set(None, "global", key, value)
+
+
+# name -> call(store, value): every parameter that takes text.
+TEXT_PLACES: dict[str, Callable[[Store, Any], object]] = {
+    "Store(path)": lambda s, v: Store(Path(s.path).parent / f"{v}.db").close(),
+    "Store(path, create=False)": lambda s, v: Store(f"{v}.db", create=False),
+    "Store(path, read_only)": lambda s, v: Store(f"{v}.db", read_only=True),
+    "AsyncStore(path)": lambda s, v: _aio_at(f"{v}.db", lambda st: st.buffers()),
+    "Store.backup": lambda s, v: _backup(s, str(Path(s.path).parent / f"{v}.db")),
+    "Store.buffer scope": lambda s, v: s.buffer(v, "", "k").read(),
+    "Store.buffer scope_id": lambda s, v: s.buffer("s", v, "k").append({"role": "user"}),
+    "Store.buffer key": lambda s, v: s.buffer("s", "", v).read(),
+    "Store.buffer user id": lambda s, v: s.buffer("user", v, "k").read(),
+    "Store.buffer_for scope": lambda s, v: s.buffer_for(None, v, "k").read(),
+    "Store.buffer_for key": lambda s, v: s.buffer_for(None, "global", v).read(),
+    "ExecutionContext user_id": lambda s, v: s.buffer_for(
+        ExecutionContext(user_id=v), "user", "k"
+    ).read(),
+    "Store.memory_set key": lambda s, v: s.memory_set(None, "global", v, 1),
+    "Store.memory_set value": lambda s, v: s.memory_set(None, "global", "k", v),
+    "Store.memory_set nested value": lambda s, v: s.memory_set(None, "global", "k", {v: [v]}),
+    "Store.memory_get key": lambda s, v: s.memory_get(None, "global", v),
+    "Store.memory_delete key": lambda s, v: s.memory_delete(None, "global", v),
+    "Store.conversations scope": lambda s, v: s.conversations(scope=v),
+    "Store.conversations scope_id": lambda s, v: s.conversations(scope="s", scope_id=v),
+    "Store.conversations after": lambda s, v: s.conversations(after=v),
+    "Store.search query": lambda s, v: s.search(v),
+    "Store.search scope": lambda s, v: s.search("hello", scope=v),
+    "Store.search key": lambda s, v: s.search("hello", key=v),
+    "Store.export address": lambda s, v: list(s.export(("s", v, "k"))),
+    "Store.import_jsonl line": lambda s, v: s.import_jsonl(
+        ['{"scope": "t", "scope_id": "' + v + '", "key": "k", "role": "user", "content": "x"}']
+    ),
+    "Store.import_records scope_id": lambda s, v: s.import_records(
+        [{"scope": "t", "scope_id": v, "key": "k", "role": "user", "content": "x"}]
+    ),
+    "Buffer.read before": lambda s, v: s.buffer("s", "", "k").read(before=v),
+    "Buffer.messages before": lambda s, v: s.buffer("s", "", "k").messages(before=v),
+    "Buffer.append content": lambda s, v: s.buffer("s", "", "k").append(
+        {"role": "user", "content": v}
+    ),
+    "Buffer.append metadata": lambda s, v: s.buffer("s", "", "k").append(
+        {"role": "user", "content": "x", "metadata": {v: v}}
+    ),
+    "Buffer.append id": lambda s, v: s.buffer("s", "", "k").append(
+        {"role": "user", "content": "x", "id": v}
+    ),
+    "Buffer.set_title": lambda s, v: s.buffer("s", "", "k").set_title(v),
+    "Buffer.update_metadata": lambda s, v: s.buffer("s", "", "k").update_metadata({v: v}),
+    "Buffer.fork at": lambda s, v: s.buffer("s", "", "k").fork(at=v, to=("s", "", "fork")),
+    "Buffer.fork to": lambda s, v: s.buffer("s", "", "k").fork(
+        at=s.buffer("s", "", "k").messages()[0].id, to=("s", v, "fork")
+    ),
+    "Sessions.create workflow": lambda s, v: s.sessions(ADMIN).create(v),
+    "Sessions.create name": lambda s, v: s.sessions(ADMIN).create("wf", name=v),
+    "Sessions.create metadata": lambda s, v: s.sessions(ADMIN).create("wf", metadata={v: v}),
+    "Sessions.create owner": lambda s, v: s.sessions(ADMIN).create("wf", owner=v),
+    "Sessions.get": lambda s, v: s.sessions(ADMIN).get(v),
+    "Sessions.list workflow": lambda s, v: s.sessions(ADMIN).list(workflow_id=v),
+    "Sessions.grant viewer": lambda s, v: s.sessions(ADMIN).grant(REAL["session"], v),
+    "Sessions.drive content": lambda s, v: s.sessions(ADMIN).drive(
+        REAL["session"], {"role": "user", "content": v}
+    ),
+    "Sessions.update_message": lambda s, v: s.sessions(ADMIN).update_message(REAL["message"], v),
+    "Sessions.delete_message": lambda s, v: s.sessions(ADMIN).delete_message(v),
+    "Principal user_id": lambda s, v: s.sessions(Principal(v)).list(),
+    "AsyncStore.memory_set key": lambda s, v: _aio(s, lambda st: _async_memory(st, v, 1)),
+    "AsyncStore.buffer key": lambda s, v: _aio(s, lambda st: st.buffer("s", "", v).read()),
+}
+
+
+def _aio_at(path: str, call: Callable[[fl.AsyncStore], Any], **options: Any) -> object:
+    async def main() -> object:
+        async with fl.AsyncStore(path, **options) as async_store:
+            return await call(async_store)
+
+    return asyncio.run(main())
+
+
+def _typed_or_sound(store: Store, path: Path, call: Callable[[], object], writes: bool) -> None:
+    """The contract of every case: a FlowdropError and no change, or a sound file."""
+    before = snapshot(path)
+    try:
+        call()
+    except FlowdropError:
+        assert snapshot(path) == before
+    else:
+        if writes:
+            assert store.check() == []
+
+
+@pytest.mark.parametrize("name", sorted(TEXT_PLACES))
+def test_a_lone_surrogate_anywhere_text_goes_is_a_typed_error(
+    fuzz_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """``"x\\ud800y"`` (an undecodable byte in a path or argv, say) in each text parameter."""
+    monkeypatch.chdir(tmp_path)  # relative paths land in the test's own folder
+    with Store(fuzz_path) as store:
+        _typed_or_sound(store, fuzz_path, lambda: TEXT_PLACES[name](store, SURROGATE), True)
+
+
+NUMBERS: list[Any] = [HUGE, Huge(-HUGE), 10**400, 2**63, -(2**63) - 1, 1e308, float("inf"), 0]
+
+# name -> call(store, value): every parameter that takes a number.
+NUMBER_PLACES: dict[str, Callable[[Store, Any], object]] = {
+    "Store lock_warning_after": lambda s, v: Store(s.path, lock_warning_after=v).close(),
+    "Store lock_timeout": lambda s, v: Store(s.path, lock_timeout=v).close(),
+    "AsyncStore lock_warning_after": lambda s, v: _aio(
+        s, lambda st: st.buffers(), lock_warning_after=v
+    ),
+    "AsyncStore lock_timeout": lambda s, v: _aio(s, lambda st: st.buffers(), lock_timeout=v),
+    "Store.buffer window": lambda s, v: s.buffer("s", "", "k", window=v).read(),
+    "Buffer.read limit": lambda s, v: s.buffer("s", "", "k").read(v),
+    "Buffer.messages limit": lambda s, v: s.buffer("s", "", "k").messages(v),
+    "Buffer.to_openai_chat limit": lambda s, v: s.buffer("s", "", "k").to_openai_chat(v),
+    "Store.conversations limit": lambda s, v: s.conversations(limit=v),
+    "Store.search limit": lambda s, v: s.search("hello", limit=v),
+    "Store.memory_set value": lambda s, v: s.memory_set(None, "global", "k", v),
+    "Buffer.append metadata": lambda s, v: s.buffer("s", "", "k").append(
+        {"role": "user", "content": "x", "metadata": {"n": v}}
+    ),
+    "Buffer.update_metadata": lambda s, v: s.buffer("s", "", "k").update_metadata({"n": v}),
+    "Sessions.read limit": lambda s, v: s.sessions(ADMIN).read(REAL["session"], v),
+    "Sessions.read conversation": lambda s, v: s.sessions(ADMIN).read(
+        REAL["session"], conversation=v
+    ),
+    "Sessions.delete_conversation": lambda s, v: s.sessions(ADMIN).delete_conversation(
+        REAL["session"], conversation=v
+    ),
+    "Sessions.create owner": lambda s, v: s.sessions(ADMIN).create("wf", owner=v),
+    "Sessions.create metadata": lambda s, v: s.sessions(ADMIN).create("wf", metadata={"n": v}),
+    "ExecutionContext user_id": lambda s, v: s.buffer_for(
+        ExecutionContext(user_id=v), "user", "k"
+    ).read(),
+}
+
+
+@pytest.fixture(scope="module")
+def searchable_path(fuzz_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the fuzz file with its search index (so a search reaches its limit)."""
+    path = tmp_path_factory.mktemp("searchable") / "api.db"
+    with Store(fuzz_path) as store:
+        store.backup(path)
+    with Store(path) as store:
+        store.enable_search()
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(NUMBER_PLACES))
+def test_a_huge_number_anywhere_a_number_goes_is_a_typed_error(
+    searchable_path: Path, name: str
+) -> None:
+    """``10**5000``, ``2**63``, ``1e308``, ``inf``, ``0`` in each numeric parameter."""
+    for value in NUMBERS:
+        with Store(searchable_path) as store:
+            _typed_or_sound(
+                store, searchable_path, functools.partial(NUMBER_PLACES[name], store, value), True
+            )
+
+
+# A damaged file: each JSON column of each table, in turn, holds text that is not
+# JSON (written with the CHECKs off, as another program could). Every read of it is
+# then a typed error naming the row (or a finding of check()), never a JSONDecodeError.
+DAMAGE: dict[str, str] = {
+    "message content": "UPDATE messages SET content = '{bad', content_parts = 1",
+    "buffer metadata": "UPDATE buffers SET metadata = '{bad'",
+    "session metadata": "UPDATE sessions SET metadata = '{bad'",
+    "memory value": "UPDATE memory SET value = '{bad'",
+}
+
+READS: dict[str, Callable[[Store], object]] = {
+    "Buffer.read": lambda s: s.buffer("s", "", "k").read(),
+    "Buffer.messages": lambda s: s.buffer("s", "", "k").messages(),
+    "Buffer.info": lambda s: s.buffer("s", "", "k").info(),
+    "Buffer.to_openai_chat": lambda s: s.buffer("s", "", "k").to_openai_chat(),
+    "Buffer.to_anthropic": lambda s: s.buffer("s", "", "k").to_anthropic(),
+    "Buffer.set_title": lambda s: s.buffer("s", "", "k").set_title("t"),
+    "Buffer.update_metadata": lambda s: s.buffer("s", "", "k").update_metadata({"a": 1}),
+    "Buffer.fork": lambda s: s.buffer("s", "", "k").fork(
+        at=s.buffer("s", "", "k").messages()[0].id, to=("s", "", "fork")
+    ),
+    "Store.export": lambda s: list(s.export()),
+    "Store.export full": lambda s: list(s.export(full=True)),
+    "Store.conversations": lambda s: s.conversations(),
+    "Store.enable_search": lambda s: s.enable_search(),
+    "Store.memory_get": lambda s: s.memory_get(None, "global", "k"),
+    "Sessions.get": lambda s: s.sessions(Principal("alice")).get(REAL["session"]),
+    "Sessions.list": lambda s: s.sessions(Principal("alice")).list(),
+    "Sessions.read": lambda s: s.sessions(Principal("alice")).read(REAL["session"]),
+    "Sessions.messages": lambda s: s.sessions(Principal("alice")).messages(REAL["session"]),
+    "Sessions.drive": lambda s: s.sessions(Principal("alice")).drive(
+        REAL["session"], {"role": "user", "content": "x"}
+    ),
+    "Sessions.context": lambda s: s.sessions(Principal("alice")).context(REAL["session"]),
+    "AsyncBuffer.read": lambda s: _aio(s, lambda st: st.buffer("s", "", "k").read()),
+    "AsyncStore.memory_get": lambda s: _aio(s, lambda st: st.memory_get(None, "global", "k")),
+}
+
+
+@pytest.fixture(scope="module")
+def damaged_paths(
+    fuzz_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """A copy of the fuzz file per kind of damage."""
+    import sqlite3
+
+    folder = tmp_path_factory.mktemp("damaged")
+    made = {}
+    for kind, statement in DAMAGE.items():
+        path = folder / f"{kind.replace(' ', '-')}.db"
+        with Store(fuzz_path) as store:
+            store.backup(path)
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        conn.execute(statement)
+        conn.close()
+        made[kind] = path
+    return made
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+@pytest.mark.parametrize("read", sorted(READS))
+def test_a_damaged_row_under_every_read_is_a_typed_error(
+    damaged_paths: dict[str, Path], kind: str, read: str
+) -> None:
+    path = damaged_paths[kind]
+    with Store(path) as store:
+        _typed_or_sound(store, path, lambda: READS[read](store), False)

@@ -34,6 +34,7 @@ def open_backend(
     *,
     durability: Durability,
     lock_warning_after: float,
+    lock_timeout: float | None = None,
     read_only: bool,
     create: bool,
 ) -> Backend:
@@ -45,6 +46,7 @@ def open_backend(
             target,
             durability=durability,
             lock_warning_after=lock_warning_after,
+            lock_timeout=lock_timeout,
             read_only=read_only,
             create=create,
         )
@@ -55,6 +57,7 @@ def open_backend(
         checked_path(target, "path"),
         durability=durability,
         lock_warning_after=lock_warning_after,
+        lock_timeout=lock_timeout,
         read_only=read_only,
         create=create,
     )

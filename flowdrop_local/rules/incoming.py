@@ -69,7 +69,16 @@ def _check_json(value: object, index: int, field: str) -> None:
     stack: list[tuple[object, str, int]] = [(value, field, 0)]
     while stack:
         item, path, depth = stack.pop()
-        if item is None or isinstance(item, bool | int):
+        if item is None or isinstance(item, bool):
+            continue
+        if isinstance(item, int):
+            if item.bit_length() > 14_000:  # perhaps past Python's int-to-str digit limit
+                try:
+                    int.__repr__(item)
+                except ValueError:
+                    raise InvalidMessage(
+                        index, path, f"{shown(item)} has too many digits to write as JSON"
+                    ) from None
             continue
         if isinstance(item, str):
             if not item.isascii():
