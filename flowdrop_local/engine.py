@@ -80,7 +80,7 @@ class BufferState(NamedTuple):
     updated: int  # buffers.updated_at, in seconds since the epoch
     # The store's clock when read (its newest buffer stamp, seconds): an append
     # compares with the later of it and the wall clock, so a wall clock set back
-    # still stamps the buffer when offline sync needs it (syncing.py's marks).
+    # still stamps the buffer when offline sync needs it (sync.scan's marks).
     clock: int
 
 

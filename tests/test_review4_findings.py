@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 from flowdrop_local import Principal, Store, sync
-from flowdrop_local._sync_sql import content_md5
+from flowdrop_local.sync.schema import content_md5
 from flowdrop_local.syncing import enable, replica_id
 
 from .test_sync import OWNER, K, said, texts, user

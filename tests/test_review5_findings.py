@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from flowdrop_local import Principal, Store, sync
-from flowdrop_local._sync_sql import content_md5
+from flowdrop_local.sync.schema import content_md5
 from flowdrop_local.syncing import conflicts, enable
 
 from .test_sync import OWNER, said, user

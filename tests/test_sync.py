@@ -881,7 +881,7 @@ def test_a_message_edited_two_ways(tmp_path: Path, edit: str, swap: bool) -> Non
     differently on each side: the version with the lower fingerprint is kept on
     both, the other is kept in the conflicts table (rule 'edit'), whichever side is a."""
     from flowdrop_local import Principal
-    from flowdrop_local._sync_sql import content_md5
+    from flowdrop_local.sync.schema import content_md5
 
     a = Store(str(tmp_path / "a.db"))
     sid = a.sessions(Principal(OWNER)).create("wf").id

@@ -1,21 +1,26 @@
-"""Four replicas, everything at once (from review 5's random run, which found three bugs).
+"""Four replicas, everything at once (from review 5's random run, which found three
+bugs).
 
 Each example: a common history (with a session), copied to four stores; twelve
-rounds in which two random stores each make up to four random changes and then
-sync with a random scope ("all", the default, "session", "user:42"), sometimes
+rounds in which two random stores each make up to four random changes and then sync
+with a random scope ("all", the default, "session", "user:42"), sometimes
 ``full=True``. The changes mix everything a user of the library does: appends with
 shared call ids (c0-c2), late results followed by a user turn, pops, clears,
 windowed appends, removals, forks, caller-supplied ids, session turns, admin edits
-and deletes, memory values. After every sync both stores read the same in that
-scope, ``check()`` is clean and a full sync finds nothing to move; at the end
-rounds of syncs of everything along a chain (forward, then back) settle within
-four rounds (a round after the first moves something only when a merge re-keyed
-blocks), and all four read the same.
+and deletes, memory values, titles and metadata, conversation deletes, viewer grants
+and revokes, imports with and without ``replace``; now and then a device is replaced
+by a backup of another, mid-way (a new replica). After every sync both stores read
+the same in that scope (messages, titles and metadata; memory and grants too when it
+covers them), ``check()`` is clean and a full sync finds nothing to move; at the end
+rounds of syncs of everything along a chain (forward, then back) settle within four
+rounds (a round after the first moves something only when a merge re-keyed blocks),
+and all four read the same.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import uuid
 from pathlib import Path
@@ -27,7 +32,7 @@ from hypothesis import strategies as st
 
 from flowdrop_local import Principal, Store, sync
 from flowdrop_local.engine import drive, remove_message
-from flowdrop_local.errors import BufferNotEmpty
+from flowdrop_local.errors import BufferNotEmpty, InvalidImport
 from flowdrop_local.rules.merge import Entry, merge
 from flowdrop_local.syncing import enable
 
@@ -40,6 +45,7 @@ KINDS = [
     "user", "said", "call", "call", "result", "result", "pop", "clear", "window", "remove",
     "session_user", "session_call", "session_result", "admin_edit", "admin_edit",
     "admin_delete", "fork", "caller_id", "memory", "late",
+    "title", "metadata", "delete_conversation", "grant", "revoke", "reimport", "import_new",
 ]  # fmt: skip
 
 
@@ -119,15 +125,60 @@ def change(store: Store, session: str, tag: str, rng: random.Random) -> None:
             store.memory_set(None, "global", rng.choice("kl"), tag)
         else:
             store.memory_delete(None, "global", rng.choice("kl"))
+    elif kind == "title" and buf.messages():
+        buf.set_title(f"t {tag}")
+    elif kind == "metadata" and buf.messages():
+        buf.update_metadata({rng.choice("pq"): tag})
+    elif kind == "delete_conversation" and rng.random() < 0.3:
+        buf.delete()
+    elif kind == "grant":
+        owner.grant(session, rng.choice(["7", "8"]))
+    elif kind == "revoke":
+        owner.revoke(session, rng.choice(["7", "8"]))
+    elif kind == "reimport" and (records := list(store.export(address))):
+        # import --replace of the buffer's own records, less one: a deletion
+        del records[rng.randrange(len(records))]
+        store.import_records(records, replace=True)
+    elif kind == "import_new" and (records := list(store.export(address))):
+        key = f"i{rng.randint(0, 1)}"  # a copy under another key, new ids
+        copied = [{**r, "key": key, "id": str(uuid.uuid4())} for r in records]
+        with contextlib.suppress(InvalidImport):  # that key already holds messages
+            store.import_records(copied)
 
 
-def same(x: Store, y: Store, scope: str | None) -> None:
+def named(store: Store, scope: str | None) -> dict[tuple[str, str, str], tuple[str, Any]]:
+    """Each conversation's title and metadata."""
+    return {
+        (r.scope, r.scope_id, r.key): (r.title, r.metadata)
+        for r in store.conversations(limit=1000).items
+        if in_scope((r.scope, r.scope_id, r.key), scope)
+    }
+
+
+def memory(store: Store) -> dict[str, Any]:
+    return {k: store.memory_get(None, "global", k).value for k in "kl"}
+
+
+def viewers(store: Store, session: str) -> list[str]:
+    return sorted(store.sessions(ADMIN).viewers(session))
+
+
+def same(x: Store, y: Store, scope: str | None, session: str) -> None:
     assert x.check() == [] and y.check() == []
     assert held(x, scope) == held(y, scope)
+    assert named(x, scope) == named(y, scope)
+    if scope in (None, "all"):  # global memory travels with these scopes
+        assert memory(x) == memory(y)
+    if scope in ("all", "session"):  # and grants with the sessions'
+        assert viewers(x, session) == viewers(y, session)
     assert sync(x, y, scope, full=True).moved == 0
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=int(os.environ.get("FLOWDROP_REPLICA_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
 @given(seed=st.integers(0, 2**32))
 def test_four_replicas_doing_everything_converge(
     tmp_path_factory: pytest.TempPathFactory, seed: int
@@ -150,9 +201,15 @@ def test_four_replicas_doing_everything_converge(
         for k in (i, j):
             for n in range(rng.randint(0, 4)):
                 change(stores[k], session, f"{k}.{round_}.{n}", rng)
+        if rng.random() < 0.1:  # a device replaced by a backup of another, mid-way
+            k, m = rng.sample(range(4), 2)
+            stores[k].close()
+            target = folder / f"{k}.{round_}.db"
+            stores[m].backup(str(target))
+            stores[k] = Store(str(target))
         scope = rng.choice(SCOPES)
         sync(stores[i], stores[j], scope, full=rng.random() < 0.2)
-        same(stores[i], stores[j], scope)
+        same(stores[i], stores[j], scope, session)
     # Rounds of syncs of everything along the chain until one moves nothing: a merge
     # that re-keys blocks makes moves the others take at their next sync, so this
     # may take a second round; it must settle, and soon.
@@ -161,7 +218,7 @@ def test_four_replicas_doing_everything_converge(
         passes += 1
         assert passes < 4, "syncs of everything did not settle"
     for store in stores[1:]:
-        same(stores[0], store, "all")
+        same(stores[0], store, "all", session)
     for store in stores:
         store.close()
 

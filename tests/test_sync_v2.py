@@ -628,7 +628,7 @@ print(n, flush=True)
 
 
 def test_three_laptops_syncing_with_one_server_at_once(tmp_path: Path, postgresql_url: str) -> None:
-    """Three processes append and sync with one PostgreSQL server for 20 seconds:
+    """Three processes append and sync with one PostgreSQL server for a minute:
     no error (deadlocks and serialization failures are retried inside), and a round
     of syncs afterwards leaves all four holding the same history."""
     import os
@@ -640,7 +640,7 @@ def test_three_laptops_syncing_with_one_server_at_once(tmp_path: Path, postgresq
     paths = [str(tmp_path / f"laptop{n}.db") for n in range(3)]
     children = [
         subprocess.Popen(
-            [sys.executable, "-c", SYNC_LOOP, postgresql_url, path, f"l{n}", "20"],
+            [sys.executable, "-c", SYNC_LOOP, postgresql_url, path, f"l{n}", "60"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -650,7 +650,7 @@ def test_three_laptops_syncing_with_one_server_at_once(tmp_path: Path, postgresq
     ]
     counts = []
     for child in children:
-        out, err = child.communicate(timeout=120)
+        out, err = child.communicate(timeout=240)
         assert child.returncode == 0, err
         counts.append(int(out.strip()))
     assert min(counts) > 0
@@ -1035,7 +1035,7 @@ def test_a_sync_of_current_stores_runs_no_ddl(tmp_path: Path) -> None:
     assert sync(a, b).sent_a_to_b == 1
 
 
-def test_a_store_synced_before_schema_steps_takes_the_first_step(tmp_path: Path) -> None:
+def test_a_store_synced_before_schema_steps_takes_them(tmp_path: Path) -> None:
     """A store synced by a release without steps (no flowdrop_sync_schema, one of
     sync's tables missing) takes step 1: what is missing is made, nothing lost."""
     a, b = pair(tmp_path)
@@ -1050,7 +1050,7 @@ def test_a_store_synced_before_schema_steps_takes_the_first_step(tmp_path: Path)
 
     conn = sqlite3.connect(a.path)
     try:
-        assert conn.execute("SELECT step FROM flowdrop_sync_schema").fetchall() == [(1,)]
+        assert conn.execute("SELECT step FROM flowdrop_sync_schema").fetchall() == [(2,)]
         assert conn.execute("SELECT count(*) FROM flowdrop_sync_hlc").fetchone() is not None
     finally:
         conn.close()
@@ -1068,6 +1068,18 @@ def test_postgresql_a_sync_of_current_stores_runs_no_ddl(
     server.buffer("global", "", "k").append(user("q"))
     sync(laptop, server)
     admin = psycopg.connect(postgresql_url, autocommit=True)
+    # Sync's trigger functions run with the search path the library pins (issue 21).
+    pinned = admin.execute(
+        "SELECT p.proname, p.proconfig FROM pg_catalog.pg_proc AS p "
+        "WHERE p.pronamespace = pg_catalog.current_schema()::regnamespace "
+        "AND p.proname LIKE 'flowdrop_sync_%' ORDER BY 1"
+    ).fetchall()
+    assert [name for name, _ in pinned] == [
+        "flowdrop_sync_buffer_deleted",
+        "flowdrop_sync_conversation_changed",
+        "flowdrop_sync_message_deleted",
+    ]
+    assert all(any(c.startswith("search_path=") for c in config or []) for _, config in pinned)
     admin.execute(
         "CREATE FUNCTION public.flowdrop_test_no_ddl() RETURNS event_trigger LANGUAGE plpgsql AS "
         "$$ BEGIN RAISE EXCEPTION 'DDL during a sync: %', tg_tag; END $$"

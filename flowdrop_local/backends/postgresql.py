@@ -27,6 +27,7 @@ import logging
 import random
 import re
 import time
+import urllib.parse
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -43,25 +44,39 @@ except ImportError as missing:  # pragma: no cover - depends on the install
         "pip install 'flowdrop-local[postgresql]'"
     ) from missing
 
-from .._sync_sql import (
+from ..check import Violation, check_rows
+from ..engine import BufferState
+from ..errors import (
+    FlowdropError,
+    InvalidArgument,
+    InvalidValue,
+    LockTimeout,
+    NotADatabase,
+    NotAFlowdropDatabase,
+    ReadOnlyStore,
+    SchemaTooNew,
+    ServerUnreachable,
+    StoreClosed,
+    TooLarge,
+    UnsupportedOperation,
+)
+from ..sync.schema import (
     PG_DELETE_TRIGGERS,
     PG_SEQ_LOCK,
     PG_STORE_CLOCK,
     SYNC_COMMON,
 )
-from ..check import Violation, check_rows
-from ..engine import BufferState
-from ..errors import (
-    FlowdropError,
-    InvalidValue,
-    NotADatabase,
-    NotAFlowdropDatabase,
-    ReadOnlyStore,
-    SchemaTooNew,
-    StoreClosed,
-    UnsupportedOperation,
-)
 from .base import Backend, Durability, Tx
+from .postgresql_trust import (
+    CURRENT_SCHEMA_SQL,
+    PIN_SQL,
+    Verdict,
+    pinned_path,
+    refresh_statements,
+    schema_of,
+    verdict,
+    verification_reads,
+)
 
 log = logging.getLogger("flowdrop_local")
 
@@ -74,7 +89,8 @@ T = TypeVar("T")
 
 _SESSION_COLUMNS = (
     "id, workflow_id, name, owner_id, status, conversation, metadata, created_at, updated_at, "
-    "(SELECT coalesce(json_agg(user_id), '[]')::text FROM session_viewers "
+    # pg_catalog's: a json_agg(text) elsewhere would match text better (issue 21 A).
+    "(SELECT coalesce(pg_catalog.json_agg(user_id), '[]')::text FROM session_viewers "
     "WHERE session_id = sessions.id)"
 )
 # The messages of the buffer at an address (scope, scope_id, key), in one statement.
@@ -90,7 +106,7 @@ _JOINED_AT = (
     "WHERE b.scope = %s AND b.scope_id = %s AND b.key = %s"
 )
 _NOW = "flowdrop_now()"
-STORE_CLOCK = PG_STORE_CLOCK  # every buffer stamp (_sync_sql.py says why)
+STORE_CLOCK = PG_STORE_CLOCK  # every buffer stamp (sync/schema.py says why)
 _EDITED = (
     f"updated_at = greatest({STORE_CLOCK}, "
     "to_char((updated_at::timestamptz + interval '1 millisecond') AT TIME ZONE 'UTC', "
@@ -214,8 +230,10 @@ SQL: dict[str, str] = {
     # deletion triggers will): always that lock before the buffer's, as a sync
     # takes them, so a delete and a sync never wait for each other in a cycle.
     "lock_buffer": (
-        "WITH numbers AS (SELECT CASE WHEN to_regclass('flowdrop_sync_replica') IS NOT NULL "
-        "THEN pg_advisory_xact_lock(hashtext(current_schema() || '.flowdrop_sync_seq')) END) "
+        # The key PG_SEQ_LOCK takes, qualified: name || unknown is an overload's to win.
+        "WITH numbers AS (SELECT CASE WHEN pg_catalog.to_regclass('flowdrop_sync_replica') "
+        "IS NOT NULL THEN pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext("
+        "pg_catalog.concat(pg_catalog.current_schema(), '.flowdrop_sync_seq'))) END) "
         "SELECT b.id FROM buffers AS b, numbers WHERE b.id = %s FOR UPDATE OF b"
     ),
     "last_message": (
@@ -364,10 +382,10 @@ SQL: dict[str, str] = {
         "m.content_parts, m.metadata, m.created_at "
         f"FROM {_JOINED_AT} ORDER BY m.position"
     ),
-    # ------------------------------------------------ offline sync (syncing.py)
+    # ------------------------------------------------ offline sync (flowdrop_local/sync)
     "sync_tables": (
-        "SELECT count(*) FROM pg_tables "
-        "WHERE schemaname = current_schema() AND tablename = 'flowdrop_sync_replica'"
+        "SELECT count(*) FROM pg_catalog.pg_tables "
+        "WHERE schemaname = pg_catalog.current_schema() AND tablename = 'flowdrop_sync_replica'"
     ),
     "sync_scan": (
         "SELECT b.scope, b.scope_id, b.key, m.id, m.position, "
@@ -400,8 +418,8 @@ SQL: dict[str, str] = {
     "sync_contents": "SELECT id, content, content_parts FROM messages WHERE id = ANY(%s)",
     **{name: sql.replace("?", "%s") for name, sql in SYNC_COMMON.items()},
     "sync_schema_table": (
-        "SELECT count(*) FROM pg_tables "
-        "WHERE schemaname = current_schema() AND tablename = 'flowdrop_sync_schema'"
+        "SELECT count(*) FROM pg_catalog.pg_tables "
+        "WHERE schemaname = pg_catalog.current_schema() AND tablename = 'flowdrop_sync_schema'"
     ),
     "sync_lock_registers": (
         "LOCK TABLE memory, sessions, session_viewers IN SHARE ROW EXCLUSIVE MODE"
@@ -457,14 +475,17 @@ SQL: dict[str, str] = {
         "WHERE od.buffer_id = %(s)s AND od.position <= %(c)s"
     ),
     # --------------------------------------------------------- search (issue 13)
-    "search_enabled": "SELECT count(*) FROM pg_tables "
-    "WHERE schemaname = current_schema() AND tablename = 'message_search'",
+    "search_enabled": "SELECT count(*) FROM pg_catalog.pg_tables "
+    "WHERE schemaname = pg_catalog.current_schema() AND tablename = 'message_search'",
+    # The text search functions are pg_catalog's: 'simple' is an untyped literal, which
+    # a (text, text) overload would match better than regconfig (issue 21 A).
     "search": (
         "SELECT b.scope, b.scope_id, b.key, m.id, m.role, "
-        "ts_headline('simple', flowdrop_message_text(m.content, m.content_parts), hit.q, "
+        "pg_catalog.ts_headline('pg_catalog.simple', "
+        "flowdrop_message_text(m.content, m.content_parts), hit.q, "
         "'StartSel=[, StopSel=], MaxWords=24, MinWords=8'), hit.score "
-        "FROM (SELECT s.message_id, q, ts_rank(s.document, q) AS score "
-        "FROM plainto_tsquery('simple', %(q)s) AS q, message_search AS s "
+        "FROM (SELECT s.message_id, q, pg_catalog.ts_rank(s.document, q) AS score "
+        "FROM pg_catalog.plainto_tsquery('pg_catalog.simple', %(q)s) AS q, message_search AS s "
         "JOIN buffers AS f ON f.id = s.buffer_id "
         "WHERE s.document @@ q AND (%(s)s::text IS NULL OR f.scope = %(s)s) "
         "AND (%(d)s::text IS NULL OR f.scope_id = %(d)s) "
@@ -480,7 +501,8 @@ SQL: dict[str, str] = {
     ),
     "search_index_run": (
         "INSERT INTO message_search (message_id, buffer_id, document) "
-        "SELECT id, buffer_id, to_tsvector('simple', body) FROM (SELECT id, buffer_id, "
+        "SELECT id, buffer_id, pg_catalog.to_tsvector('pg_catalog.simple', body) "
+        "FROM (SELECT id, buffer_id, "
         "flowdrop_message_text(content, content_parts) AS body FROM messages "
         "WHERE (buffer_id, position) > (%(b)s, %(p)s) "
         "AND (%(e)s::bigint IS NULL OR (buffer_id, position) <= (%(e)s, %(f)s))) AS t "
@@ -518,13 +540,72 @@ CHECK_MESSAGES_SQL = (
 CHECK_LEDGER_SQL = (
     "SELECT call_id, declared_by, ordinal, answered_by FROM tool_calls WHERE buffer_id = %s"
 )
-_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
-_PASSWORD_PARAMETER = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
+# user:password@ : the password runs to the last "@" before the path, so one holding
+# a raw "@" (which libpq splits at the first) is masked whole.
+_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^/]*@")
+# A query parameter (or a keyword=value pair in libpq's text): its name, then its value.
+_PARAMETER = re.compile(r"(?<![\w%])((?:[\w]|%[0-9A-Fa-f]{2})+)(\s*=\s*)('[^']*'|[^&\s]*)")
+# libpq's parameters whose value is a secret.
+_SECRETS = frozenset({"password", "sslpassword", "oauth_client_secret"})
 
 
 def redact(url: str) -> str:
-    """The URL without its password (``user:password@`` or ``?password=``), for messages."""
-    return _PASSWORD_PARAMETER.sub(r"\1***", _PASSWORD.sub(r"\1***@", url))
+    """The text (a URL, or a message quoting one) without a secret: the password of
+    ``user:password@``, and the value of every secret libpq parameter (``password``,
+    ``sslpassword``, ``oauth_client_secret``; its name percent-encoded or not), for
+    messages and ``repr``."""
+
+    def parameter(match: re.Match[str]) -> str:
+        name = urllib.parse.unquote(match[1]).lower()
+        return f"{match[1]}{match[2]}***" if name in _SECRETS else match[0]
+
+    return _PARAMETER.sub(parameter, _PASSWORD.sub(r"\1***@", url))
+
+
+def secrets_of(url: str) -> list[str]:
+    """The secret values in a URL as libpq may quote them back (a host name that took
+    the part of a password after its first raw "@", a decoded parameter), longest
+    first, for :func:`redact_error`."""
+    found: list[str] = []
+    password = re.search(r"://[^:/@\s]*:([^/]*)@", url)
+    if password:
+        pieces = password[1].split("@")
+        found += [password[1], urllib.parse.unquote(password[1])]
+        found += ["@".join(pieces[i:]) + "@" for i in range(1, len(pieces))]
+    for match in _PARAMETER.finditer(url.partition("?")[2]):
+        if urllib.parse.unquote(match[1]).lower() in _SECRETS and match[3]:
+            found += [match[3], urllib.parse.unquote(match[3])]
+    return sorted({piece for piece in found if piece.strip("@")}, key=len, reverse=True)
+
+
+def redact_error(error: BaseException, url: str) -> str:
+    """:func:`_redacted` of an error raised while connecting to ``url``: every secret of
+    the URL is masked wherever libpq's message quotes it."""
+    text = _redacted(error)
+    for secret in secrets_of(url):
+        text = text.replace(secret, "***@" if secret.endswith("@") else "***")
+    return text
+
+
+# libpq's words for a server it never got an answer from (another failure to connect,
+# such as a refused password or a missing database, came from the server itself).
+_UNREACHABLE = re.compile(
+    r"refused|timeout|timed out|resolve|translate host|unknown host|Name or service|"
+    r"No such file|No route|unreachable|Network is",
+    re.IGNORECASE,
+)
+
+
+def connect_error(error: BaseException, url: str) -> ServerUnreachable:
+    """The error for a first connection that failed: :class:`ServerUnreachable`, saying
+    whether the server was not reached or turned the connection away; no secret."""
+    reason = redact_error(error, url)
+    what = (
+        "the server is unreachable"
+        if _UNREACHABLE.search(reason)
+        else "the server refused the connection"
+    )
+    return ServerUnreachable(f"cannot connect to {redact(url)}: {what}: {reason}")
 
 
 def opening_error(error: BaseException, where: str) -> BaseException:
@@ -567,6 +648,28 @@ def lock_timeout(warn_after: float) -> str:
     return f"SET LOCAL lock_timeout = {max(1, int(warn_after * 1000))}"
 
 
+def lock_waits(warn_after: float, limit: float | None) -> tuple[str, str, str | None]:
+    """The ``SET LOCAL lock_timeout`` statements of a buffer's row lock, as
+    :meth:`_PgTx._locked_state` (and the async twin) runs them: before the lock (until
+    the warning, or the store's ``lock_timeout`` if that comes first), after it (every
+    later statement: the store's ``lock_timeout``, or none), and before the lock is
+    asked again past the warning (None: past ``lock_timeout`` already, give up)."""
+    after = "SET LOCAL lock_timeout TO DEFAULT" if limit is None else lock_timeout(limit)
+    if limit is None:
+        return lock_timeout(warn_after), after, after
+    if limit <= warn_after:
+        return lock_timeout(limit), after, None
+    return lock_timeout(warn_after), after, lock_timeout(limit - warn_after)
+
+
+def write_begin(limit: float | None) -> list[tuple[str, Any, bool]]:
+    """The queued statements a write transaction starts with: ``BEGIN``, then the
+    store's ``lock_timeout`` for every lock the write waits for (a memory key's row,
+    a session's), when it has one."""
+    begin: list[tuple[str, Any, bool]] = [("BEGIN", None, False)]
+    return begin if limit is None else [*begin, (lock_timeout(limit), None, False)]
+
+
 def warn_lock_wait(warn_after: float, address: tuple[str, str, str], where: str) -> None:
     """The one warning an append logs when it waited ``lock_warning_after`` for its buffer."""
     log.warning(
@@ -582,6 +685,15 @@ def _params(statement: str, params: Any) -> Any:
     if names is None:
         return params
     return dict(zip(names, params, strict=True))
+
+
+def _after_begin(queued: list[tuple[str, Any, bool]]) -> int:
+    """Where the path's pin goes in a transaction's first statements: after its BEGIN
+    and the ``SET LOCAL`` settings that follow it (a pin before BEGIN would not last)."""
+    at = 0
+    while at < len(queued) and queued[at][0].startswith(("BEGIN", "SET LOCAL")):
+        at += 1
+    return at
 
 
 @functools.cache
@@ -603,17 +715,26 @@ class _PgTx(Tx):
         # (sql, params, many); the BEGIN goes with the first statement, in its pipeline.
         self._queued: list[tuple[str, Any, bool]] = [] if begin is None else [(begin, None, False)]
         self.fresh = True  # nothing sent yet: a lock timeout may restart the transaction
+        self._pinned = False
+
+    def _take(self) -> list[tuple[str, Any, bool]]:
+        """The queued statements, the search path's pin first after the ``BEGIN`` statements
+        the first time (postgresql_trust.py: it goes in the same pipeline, no round trip)."""
+        queued, self._queued = self._queued, []
+        if not self._pinned:
+            self._pinned = True
+            queued.insert(_after_begin(queued), (PIN_SQL, (self._backend.search_path,), False))
+        return queued
 
     # Writes are queued; every read sends them first, in one pipeline.
     def _send(self, sql: str | None = None, params: Any = None) -> psycopg.Cursor[Any]:
         cursor = self.cursor
-        queued = self._queued
+        queued = self._take()
         self.fresh = False
         if not queued:
             if sql is not None:
                 cursor.execute(sql, params, prepare=True)
             return cursor
-        self._queued = []
         with self.conn.pipeline():
             for text, values, many in queued:
                 if many:
@@ -665,27 +786,33 @@ class _PgTx(Tx):
         """
         state, state_params = state_statement(known_id, address)
         warn_after = self._backend.lock_warning_after
+        first, after, again = lock_waits(warn_after, self._backend.lock_timeout)
         fresh = self.fresh
         self.fresh = False
         locking, cursor = self.conn.cursor(), self.cursor
-        queued, self._queued = self._queued, []
+        queued = self._take()
         try:
             with self.conn.pipeline():
-                for text, values, many in queued:  # the BEGIN
+                for text, values, many in queued:  # the BEGIN, the path
                     (cursor.executemany if many else cursor.execute)(text, values)
                 if fresh:
-                    cursor.execute(lock_timeout(warn_after))
+                    cursor.execute(first)
                 locking.execute(lock, lock_params, prepare=True)
-                if fresh:  # the timeout is for the row lock only: later statements wait
-                    cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
+                if fresh:  # the warning's timeout is for the row lock only
+                    cursor.execute(after)
                 cursor.execute(state, state_params, prepare=True)
         except pg_errors.LockNotAvailable:
+            if not fresh or again is None:
+                raise  # past the store's lock_timeout: write() makes it LockTimeout
             # Nothing else was done in this transaction: start it again and wait.
             _rollback(self.conn)
             warn_lock_wait(warn_after, address, self._backend.where)
             with self.conn.pipeline():
                 cursor.execute(self.begin)
+                cursor.execute(PIN_SQL, (self._backend.search_path,))
+                cursor.execute(again)
                 locking.execute(lock, lock_params)
+                cursor.execute(after)
                 cursor.execute(state, state_params)
         return locking.fetchone(), cursor.fetchone()
 
@@ -705,6 +832,17 @@ class _PgTx(Tx):
         """Rows of a statement that is not a named one (maintenance: ``check``)."""
         return self._send(sql, params).fetchall()
 
+    def raw_many(self, statements: list[tuple[str, Any]]) -> list[list[Any]]:
+        """The rows of each statement, all sent in one pipeline (the verification's)."""
+        queued = self._take()
+        cursors = [self.conn.cursor() for _ in statements]
+        with self.conn.pipeline():
+            for text, values, many in queued:
+                (self.cursor.executemany if many else self.cursor.execute)(text, values)
+            for cursor, (sql, params) in zip(cursors, statements, strict=True):
+                cursor.execute(sql, params)
+        return [cursor.fetchall() for cursor in cursors]
+
 
 class PostgresBackend(Backend):
     """A flowdrop_local PostgreSQL database; see the module docstring.
@@ -723,6 +861,7 @@ class PostgresBackend(Backend):
         *,
         durability: Durability = "normal",
         lock_warning_after: float = 5.0,
+        lock_timeout: float | None = None,
         read_only: bool = False,
         create: bool = True,
     ) -> None:
@@ -730,8 +869,11 @@ class PostgresBackend(Backend):
         self.durability = durability
         self.read_only = False
         self.lock_warning_after = lock_warning_after
+        self.lock_timeout = lock_timeout
         self._closed = True
         self._exporting: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
+        self.schema = ""  # the store's schema and the path every statement runs under,
+        self.search_path = ""  # found by _prepare (postgresql_trust.py)
         if isinstance(target, str):
             self.where = redact(target)
             try:
@@ -743,7 +885,7 @@ class PostgresBackend(Backend):
                 )
                 self._pool.open(wait=True, timeout=30)
             except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
-                raise NotADatabase(f"cannot connect to {self.where}: {_redacted(error)}") from None
+                raise connect_error(error, target) from None
             self._owns_pool = True
         else:
             self._pool = target
@@ -760,29 +902,39 @@ class PostgresBackend(Backend):
     # ------------------------------------------------------------------ schema
 
     def _prepare(self, create: bool) -> None:
+        """Find the store's schema, pin the path to it, verify what could run inside our
+        statements (before any of them runs), then create, upgrade or refresh."""
         with self._pool.connection() as conn:
             conn.autocommit = True  # a pool handed in by the application may differ
-            version = _schema_version(conn, self.where)
-            if version == SCHEMA_VERSION:
-                self._verify(conn)
-                return
+            self.schema = schema_of(conn.execute(CURRENT_SCHEMA_SQL).fetchone()[0], self.where)
+            self.search_path = pinned_path(self.schema)
             with conn.transaction():
+                conn.execute(PIN_SQL, (self.search_path,))
+                found = self._verdict(conn)
+                refuse(found.refused, self.where)
+                if _schema_version(conn, self.where) == SCHEMA_VERSION and not found.stale:
+                    refuse(schema_findings(found), self.where)
+                    warn(found, self.where)
+                    return
+            with conn.transaction():
+                conn.execute(PIN_SQL, (self.search_path,))
                 # Create it, serialised against other processes doing the same.
                 conn.execute(CREATE_LOCK_SQL)
                 for script in schema_scripts(_schema_version(conn, self.where), create, self.where):
                     conn.execute(script)
+                found = self._verdict(conn)
+                if found.stale:  # a store made before our functions pinned their path
+                    for statement in refresh_statements(self.schema, found.stale):
+                        conn.execute(statement)
+                    found = self._verdict(conn)
                 # Before COMMIT: a refused upgrade leaves the database as it was.
-                self._verify(conn)
+                refuse(schema_findings(found), self.where)
+            warn(found, self.where)
 
-    def _verify(self, conn: psycopg.Connection[Any]) -> None:
-        """Refuse a database whose triggers or indexes on our tables are not ours."""
-        problems = _schema_violations(_PgTx(self, conn, None))
-        if problems:
-            shown = "; ".join(v.detail for v in problems[:3])
-            more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
-            raise NotAFlowdropDatabase(
-                f"{self.where} has a schema flowdrop_local did not make: {shown}{more}"
-            )
+    def _verdict(self, conn: psycopg.Connection[Any]) -> Verdict:
+        """The verification (postgresql_trust.py), in one round trip."""
+        rows = _PgTx(self, conn, None).raw_many(verification_reads(self.schema))
+        return verdict(self.schema, rows)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -842,6 +994,7 @@ class PostgresBackend(Backend):
         self.ensure_open()
         with self._connection() as conn:
             tx = _PgTx(self, conn, "BEGIN")
+            tx._queued = write_begin(self.lock_timeout)
             try:
                 yield tx
                 tx.commit()
@@ -867,7 +1020,7 @@ class PostgresBackend(Backend):
                 _rollback(conn)
 
     def _translated(self, error: BaseException) -> BaseException:
-        return translated(error, self.where)
+        return translated(error, self.where, self.lock_timeout)
 
     def snapshot_rows(self, reads: list[tuple[str, Any]]) -> Iterator[tuple[int, Any]]:
         """See :meth:`Backend.snapshot_rows`: a REPEATABLE READ transaction on a pooled
@@ -877,6 +1030,7 @@ class PostgresBackend(Backend):
             self._exporting.add(conn)  # close() ends it, with the snapshot it holds
             try:
                 conn.execute(_READ_SNAPSHOT)
+                conn.execute(PIN_SQL, (self.search_path,))
                 for i, (statement, params) in enumerate(reads):
                     with conn.cursor(name=f"flowdrop_export_{i}") as cursor:
                         cursor.itersize = 500
@@ -896,7 +1050,10 @@ class PostgresBackend(Backend):
     def check(self) -> list[Violation]:
         with self.read() as tx:
             assert isinstance(tx, _PgTx)
-            violations = _schema_violations(tx)
+            found = verdict(self.schema, tx.raw_many(verification_reads(self.schema)))
+            violations = [*schema_findings(found), *found.warned, *stale_findings(found)]
+            if found.refused:
+                return violations  # reading on could run the foreign objects' SQL
             for buffer_id, scope, scope_id, key in tx.raw(CHECK_BUFFERS_SQL):
                 messages = tx.raw(CHECK_MESSAGES_SQL, (buffer_id,))
                 ledger = tx.raw(CHECK_LEDGER_SQL, (buffer_id,))
@@ -929,7 +1086,9 @@ def refuse_sqlite_settings(durability: str, read_only: bool) -> None:
         )
 
 
-def translated(error: BaseException, where: str) -> BaseException:
+def translated(
+    error: BaseException, where: str, lock_timeout: float | None = None
+) -> BaseException:
     """The library's error for a database error (any other error as it is); no password."""
     if isinstance(error, pg_errors.ReadOnlySqlTransaction | pg_errors.InsufficientPrivilege):
         return ReadOnlyStore(f"{where}: {error}")
@@ -938,6 +1097,19 @@ def translated(error: BaseException, where: str) -> BaseException:
     ) or (isinstance(error, psycopg.DataError) and "NUL" in str(error)):
         # Text and jsonb cannot hold NUL (\x00, or \u0000 in JSON) on PostgreSQL.
         return InvalidValue(f"PostgreSQL cannot store a NUL character: {_redacted(error)}")
+    if isinstance(error, UnicodeEncodeError):  # a parameter that cannot be sent as UTF-8
+        return InvalidArgument(
+            "text holding a lone surrogate (a byte that is not UTF-8) cannot be stored "
+            "or looked up; nothing was written"
+        )
+    if isinstance(error, pg_errors.LockNotAvailable):  # lock_timeout ran out
+        return LockTimeout(
+            f"gave up on a write to {where}: another transaction holds a lock it needs "
+            f"({_redacted(error)}; lock_timeout={lock_timeout or 0:g} s); nothing was written",
+            lock_timeout or 0.0,
+        )
+    if isinstance(error, pg_errors.ProgramLimitExceeded):
+        return TooLarge(f"a value is longer than {where} takes: {_redacted(error)}")
     if isinstance(error, psycopg.OperationalError):
         return FlowdropError(f"{where}: {_redacted(error)}")
     return error
@@ -964,10 +1136,12 @@ def _redacted(error: BaseException) -> str:
     return redact(" ".join(str(error).split()))
 
 
-TABLES_SQL = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+TABLES_SQL = (
+    "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = pg_catalog.current_schema()"
+)
 META_SQL = "SELECT name, value FROM flowdrop_meta"
 # Serialises the creation of the schema between processes (a transaction-level lock).
-CREATE_LOCK_SQL = "SELECT pg_advisory_xact_lock(4604935500)"
+CREATE_LOCK_SQL = "SELECT pg_catalog.pg_advisory_xact_lock(4604935500)"
 
 
 def _schema_version(conn: psycopg.Connection[Any], where: str) -> int | None:
@@ -1057,8 +1231,38 @@ UPDATE flowdrop_meta SET value = '3' WHERE name = 'schema_version';
 }
 
 
-_OUR_TABLES = ("buffers", "messages", "tool_calls", "memory", "sessions", "session_viewers")
-_OURS = "c.relnamespace = current_schema()::regnamespace AND c.relname = ANY(%s)"
+def schema_findings(found: Verdict) -> list[Violation]:
+    """What the open refuses: what could run inside our statements (postgresql_trust.py),
+    then our triggers and indexes by name."""
+    return [*found.refused, *schema_violations_of(found.trigger_names, found.index_names)]
+
+
+def stale_findings(found: Verdict) -> list[Violation]:
+    """check()'s finding for each function of ours that differs from its definition."""
+    return [
+        Violation(
+            "schema",
+            f"function {name} is not the one flowdrop_local makes (its body or its "
+            "search_path differ): opening the store again updates it",
+        )
+        for name in found.stale
+    ]
+
+
+def refuse(problems: list[Violation], where: str) -> None:
+    """NotAFlowdropDatabase naming the problems (the first three, and how many more)."""
+    if problems:
+        shown = "; ".join(v.detail for v in problems[:3])
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        raise NotAFlowdropDatabase(
+            f"{where} has a schema flowdrop_local did not make: {shown}{more}"
+        )
+
+
+def warn(found: Verdict, where: str) -> None:
+    """One warning per finding the open lets through (check() reports them too)."""
+    for violation in found.warned:
+        log.warning("flowdrop_local: %s: %s", where, violation.detail)
 
 
 @functools.cache
@@ -1066,32 +1270,6 @@ def _declared(kind: str) -> frozenset[str]:
     """The names of the triggers or indexes postgresql.sql declares."""
     pattern = r"CREATE TRIGGER (\w+)" if kind == "trigger" else r"CREATE (?:UNIQUE )?INDEX (\w+)"
     return frozenset(re.findall(pattern, schema_sql()))
-
-
-TRIGGERS_SQL = (
-    "SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
-    f"WHERE NOT t.tgisinternal AND {_OURS}"
-)
-INDEXES_SQL = (
-    "SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
-    f"JOIN pg_class c ON c.oid = x.indrelid WHERE {_OURS} "
-    "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = x.indexrelid "
-    # a foreign key names the index it references (the search table's does)
-    "AND k.conrelid = x.indrelid AND k.contype IN ('p', 'u', 'x'))"
-)
-OUR_TABLES = (list(_OUR_TABLES),)  # the parameters of TRIGGERS_SQL and INDEXES_SQL
-
-
-def _schema_violations(tx: _PgTx) -> list[Violation]:
-    """The schema check: our triggers and indexes are there, and no one else's on our tables.
-
-    Another trigger on our tables would run inside the library's transactions; an
-    index of someone else's changes no result but is reported too. Indexes that
-    back a key or unique constraint are the tables' own.
-    """
-    triggers = {row[0] for row in tx.raw(TRIGGERS_SQL, OUR_TABLES)}
-    indexes = {row[0] for row in tx.raw(INDEXES_SQL, OUR_TABLES)}
-    return schema_violations_of(triggers, indexes)
 
 
 def schema_violations_of(triggers: set[str], indexes: set[str]) -> list[Violation]:
@@ -1103,7 +1281,7 @@ def schema_violations_of(triggers: set[str], indexes: set[str]) -> list[Violatio
     if triggers & search:
         for name in sorted(search - triggers):
             found.append(Violation("schema", f"trigger {name} of the search index is missing"))
-    # Offline sync's, which record deletions, once a sync made them (_sync_sql.py).
+    # Offline sync's, which record deletions, once a sync made them (sync/schema.py).
     synced = frozenset(re.findall(r"OR REPLACE TRIGGER (\w+)", " ".join(PG_DELETE_TRIGGERS)))
     if triggers & synced:
         for name in sorted(synced - triggers):

@@ -39,8 +39,6 @@ from ..engine import BufferState, Plan, drive_async
 from ..errors import (
     FlowdropError,
     InvalidArgument,
-    NotADatabase,
-    NotAFlowdropDatabase,
     StoreClosed,
 )
 from .postgresql import (
@@ -52,28 +50,41 @@ from .postgresql import (
     CHECK_LEDGER_SQL,
     CHECK_MESSAGES_SQL,
     CREATE_LOCK_SQL,
-    INDEXES_SQL,
     META_SQL,
-    OUR_TABLES,
     SCHEMA_VERSION,
     SQL,
     TABLES_SQL,
-    TRIGGERS_SQL,
+    _after_begin,
     _params,
     _redacted,
     buffer_state,
     checked_buffer,
+    connect_error,
     lock_statement,
-    lock_timeout,
+    lock_waits,
     no_connection,
     opening_error,
     redact,
+    refuse,
+    schema_findings,
     schema_scripts,
-    schema_violations_of,
+    stale_findings,
     state_statement,
     translated,
     version_of,
+    warn,
     warn_lock_wait,
+    write_begin,
+)
+from .postgresql_trust import (
+    CURRENT_SCHEMA_SQL,
+    PIN_SQL,
+    Verdict,
+    pinned_path,
+    refresh_statements,
+    schema_of,
+    verdict,
+    verification_reads,
 )
 
 _EXPORT_CHUNK = 500
@@ -94,16 +105,24 @@ class _AsyncPgTx:
         self.begin = begin or "BEGIN"
         self._queued: list[tuple[str, Any, bool]] = [] if begin is None else [(begin, None, False)]
         self.fresh = True
+        self._pinned = False
+
+    def _take(self) -> list[tuple[str, Any, bool]]:
+        """The queued statements, with the path's pin the first time (``_PgTx._take``)."""
+        queued, self._queued = self._queued, []
+        if not self._pinned:
+            self._pinned = True
+            queued.insert(_after_begin(queued), (PIN_SQL, (self._backend.search_path,), False))
+        return queued
 
     async def _send(self, sql: str | None = None, params: Any = None) -> psycopg.AsyncCursor[Any]:
         cursor = self.cursor
-        queued = self._queued
+        queued = self._take()
         self.fresh = False
         if not queued:
             if sql is not None:
                 await cursor.execute(sql, params, prepare=True)
             return cursor
-        self._queued = []
         async with self.conn.pipeline():
             for text, values, many in queued:
                 if many:
@@ -151,10 +170,11 @@ class _AsyncPgTx:
         """The row lock and then the state, in one pipeline; see ``_PgTx._locked_state``."""
         state, state_params = state_statement(known_id, address)
         warn_after = self._backend.lock_warning_after
+        first, after, again = lock_waits(warn_after, self._backend.lock_timeout)
         fresh = self.fresh
         self.fresh = False
         locking, cursor = self.conn.cursor(), self.cursor
-        queued, self._queued = self._queued, []
+        queued = self._take()
         try:
             async with self.conn.pipeline():
                 for text, values, many in queued:  # the BEGIN
@@ -163,17 +183,22 @@ class _AsyncPgTx:
                     else:
                         await cursor.execute(text, values)
                 if fresh:
-                    await cursor.execute(lock_timeout(warn_after))
+                    await cursor.execute(first)
                 await locking.execute(lock, lock_params, prepare=True)
                 if fresh:
-                    await cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
+                    await cursor.execute(after)
                 await cursor.execute(state, state_params, prepare=True)
         except pg_errors.LockNotAvailable:
+            if not fresh or again is None:
+                raise  # past the store's lock_timeout: _write makes it LockTimeout
             await _rollback(self.conn)
             warn_lock_wait(warn_after, address, self._backend.where)
             async with self.conn.pipeline():
                 await cursor.execute(self.begin)
+                await cursor.execute(PIN_SQL, (self._backend.search_path,))
+                await cursor.execute(again)
                 await locking.execute(lock, lock_params)
+                await cursor.execute(after)
                 await cursor.execute(state, state_params)
         return await locking.fetchone(), await cursor.fetchone()
 
@@ -185,6 +210,20 @@ class _AsyncPgTx:
         """Rows of a statement that is not a named one (maintenance: ``check``)."""
         cursor = await self._send(sql, params)
         return await cursor.fetchall()
+
+    async def raw_many(self, statements: list[tuple[str, Any]]) -> list[list[Any]]:
+        """The rows of each statement, all sent in one pipeline (``_PgTx.raw_many``)."""
+        queued = self._take()
+        cursors = [self.conn.cursor() for _ in statements]
+        async with self.conn.pipeline():
+            for text, values, many in queued:
+                if many:
+                    await self.cursor.executemany(text, values)
+                else:
+                    await self.cursor.execute(text, values)
+            for cursor, (sql, params) in zip(cursors, statements, strict=True):
+                await cursor.execute(sql, params)
+        return [await cursor.fetchall() for cursor in cursors]
 
 
 class AsyncPostgresBackend:
@@ -206,17 +245,26 @@ class AsyncPostgresBackend:
         *,
         owns_pool: bool,
         lock_warning_after: float,
+        lock_timeout: float | None = None,
     ) -> None:
         self._pool = pool
         self.where = where
         self._owns_pool = owns_pool
         self.lock_warning_after = lock_warning_after
+        self.lock_timeout = lock_timeout
         self._closed = False
         self._exporting: set[psycopg.AsyncConnection[Any]] = set()
+        self.schema = ""  # found by _prepare, as the sync backend's
+        self.search_path = ""
 
     @classmethod
     async def connect(
-        cls, target: Any, *, lock_warning_after: float, create: bool
+        cls,
+        target: Any,
+        *,
+        lock_warning_after: float,
+        create: bool,
+        lock_timeout: float | None = None,
     ) -> AsyncPostgresBackend:
         """Open the database (creating its schema when ``create``); errors as ``Store``'s."""
         if isinstance(target, str):
@@ -229,7 +277,7 @@ class AsyncPostgresBackend:
                 )
                 await pool.open(wait=True, timeout=30)
             except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
-                raise NotADatabase(f"cannot connect to {where}: {_redacted(error)}") from None
+                raise connect_error(error, target) from None
             owns = True
         elif isinstance(target, psycopg_pool.AsyncConnectionPool):
             pool, where, owns = target, "a psycopg pool", False
@@ -238,7 +286,13 @@ class AsyncPostgresBackend:
                 "AsyncStore takes a SQLite path, a postgresql:// URL or a "
                 f"psycopg_pool.AsyncConnectionPool, not a {type(target).__name__}"
             )
-        backend = cls(pool, where, owns_pool=owns, lock_warning_after=lock_warning_after)
+        backend = cls(
+            pool,
+            where,
+            owns_pool=owns,
+            lock_warning_after=lock_warning_after,
+            lock_timeout=lock_timeout,
+        )
         try:
             await backend._prepare(create)
         except BaseException as error:
@@ -248,29 +302,39 @@ class AsyncPostgresBackend:
         return backend
 
     async def _prepare(self, create: bool) -> None:
+        """As the sync backend's ``_prepare``: pin the path, verify, then create or refresh."""
         async with self._pool.connection() as conn:
             await conn.set_autocommit(True)  # a pool handed in by the application may differ
-            version = await self._version(conn)
-            if version == SCHEMA_VERSION:
-                await self._verify(conn)
-                return
+            current = await (await conn.execute(CURRENT_SCHEMA_SQL)).fetchone()
+            self.schema = schema_of(None if current is None else current[0], self.where)
+            self.search_path = pinned_path(self.schema)
             async with conn.transaction():
+                await conn.execute(PIN_SQL, (self.search_path,))
+                found = await self._verdict(conn)
+                refuse(found.refused, self.where)
+                if await self._version(conn) == SCHEMA_VERSION and not found.stale:
+                    refuse(schema_findings(found), self.where)
+                    warn(found, self.where)
+                    return
+            async with conn.transaction():
+                await conn.execute(PIN_SQL, (self.search_path,))
                 await conn.execute(CREATE_LOCK_SQL)
                 version = await self._version(conn)
                 for script in schema_scripts(version, create, self.where):
                     await conn.execute(script)
+                found = await self._verdict(conn)
+                if found.stale:
+                    for statement in refresh_statements(self.schema, found.stale):
+                        await conn.execute(statement.encode())
+                    found = await self._verdict(conn)
                 # Before COMMIT: a refused upgrade leaves the database as it was.
-                await self._verify(conn)
+                refuse(schema_findings(found), self.where)
+            warn(found, self.where)
 
-    async def _verify(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Refuse a database whose triggers or indexes on our tables are not ours."""
-        problems = await self._schema_violations(_AsyncPgTx(self, conn, None))
-        if problems:
-            shown = "; ".join(v.detail for v in problems[:3])
-            more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
-            raise NotAFlowdropDatabase(
-                f"{self.where} has a schema flowdrop_local did not make: {shown}{more}"
-            )
+    async def _verdict(self, conn: psycopg.AsyncConnection[Any]) -> Verdict:
+        """The verification (postgresql_trust.py), in one round trip."""
+        rows = await _AsyncPgTx(self, conn, None).raw_many(verification_reads(self.schema))
+        return verdict(self.schema, rows)
 
     async def _version(self, conn: psycopg.AsyncConnection[Any]) -> int | None:
         tables = {row[0] for row in await (await conn.execute(TABLES_SQL)).fetchall()}
@@ -278,12 +342,6 @@ class AsyncPostgresBackend:
         if "flowdrop_meta" in tables:
             meta = dict(await (await conn.execute(META_SQL)).fetchall())
         return version_of(tables, meta, self.where)
-
-    @staticmethod
-    async def _schema_violations(tx: _AsyncPgTx) -> list[Violation]:
-        triggers = {row[0] for row in await tx.raw(TRIGGERS_SQL, OUR_TABLES)}
-        indexes = {row[0] for row in await tx.raw(INDEXES_SQL, OUR_TABLES)}
-        return schema_violations_of(triggers, indexes)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -331,7 +389,7 @@ class AsyncPostgresBackend:
                 return await self._write(make_plan())
             except _RETRIED as error:
                 if attempt == _RETRIES - 1:
-                    raise translated(error, self.where) from None
+                    raise translated(error, self.where, self.lock_timeout) from None
                 await asyncio.sleep(random.uniform(0, 0.01 * 2**attempt))
         raise AssertionError("unreachable")
 
@@ -339,6 +397,7 @@ class AsyncPostgresBackend:
         self.ensure_open()
         async with self._connection() as conn:
             tx = _AsyncPgTx(self, conn, "BEGIN")
+            tx._queued = write_begin(self.lock_timeout)
             try:
                 result = await drive_async(plan, tx)
                 await tx.commit()
@@ -346,7 +405,7 @@ class AsyncPostgresBackend:
                 await _rollback(conn)
                 if isinstance(error, _RETRIED):
                     raise
-                raise translated(error, self.where) from None
+                raise translated(error, self.where, self.lock_timeout) from None
             return result
 
     async def read(self, plan: Plan, *, snapshot: bool = True) -> Any:
@@ -369,6 +428,7 @@ class AsyncPostgresBackend:
             self._exporting.add(conn)
             try:
                 await conn.execute(_READ_SNAPSHOT)
+                await conn.execute(PIN_SQL, (self.search_path,))
                 for i, (statement, params) in enumerate(reads):
                     async with conn.cursor(name=f"flowdrop_export_{i}") as cursor:
                         cursor.itersize = _EXPORT_CHUNK
@@ -389,7 +449,10 @@ class AsyncPostgresBackend:
         async with self._connection() as conn:
             tx = _AsyncPgTx(self, conn, _READ_SNAPSHOT)
             try:
-                violations = await self._schema_violations(tx)
+                found = verdict(self.schema, await tx.raw_many(verification_reads(self.schema)))
+                violations = [*schema_findings(found), *found.warned, *stale_findings(found)]
+                if found.refused:
+                    return violations  # reading on could run the foreign objects' SQL
                 for buffer_id, scope, scope_id, key in await tx.raw(CHECK_BUFFERS_SQL):
                     messages = await tx.raw(CHECK_MESSAGES_SQL, (buffer_id,))
                     ledger = await tx.raw(CHECK_LEDGER_SQL, (buffer_id,))

@@ -37,23 +37,26 @@ from typing import Any
 from .. import _files
 from .._ids import id_blob, id_text
 from .._schema import prepare
-from .._sync_sql import (
+from ..check import Violation, check_database
+from ..engine import BufferState, new_message_id_bytes
+from ..errors import (
+    BackupTargetExists,
+    CorruptRow,
+    FlowdropError,
+    InvalidArgument,
+    LockTimeout,
+    NotADatabase,
+    ReadOnlyStore,
+    StoreClosed,
+    TooLarge,
+    shown,
+)
+from ..sync.schema import (
     SQLITE_DELETE_TRIGGERS,
     SQLITE_STORE_CLOCK,
     SYNC_COMMON,
     adopt_copy,
     content_md5,
-)
-from ..check import Violation, check_database
-from ..engine import BufferState, new_message_id_bytes
-from ..errors import (
-    BackupTargetExists,
-    FlowdropError,
-    InvalidArgument,
-    NotADatabase,
-    ReadOnlyStore,
-    StoreClosed,
-    shown,
 )
 from .base import Backend, Durability, Tx
 
@@ -95,13 +98,13 @@ _TEXT = (
 # (backends/postgresql.py defines the same names; a test holds them together).
 # Ids are stored as 16 bytes and cross the boundary as text: id_blob(?) and
 # id_text(id) are this connection's functions (_register_functions).
-STORE_CLOCK = SQLITE_STORE_CLOCK  # every buffer stamp (_sync_sql.py says why)
+STORE_CLOCK = SQLITE_STORE_CLOCK  # every buffer stamp (sync/schema.py says why)
 _EDITED = (
     f"updated_at = max({STORE_CLOCK}, "
     "strftime('%Y-%m-%dT%H:%M:%fZ', updated_at, '+0.001 seconds'))"
 )
 # A buffer's sync summary: its row id, updated_at, and its last row's position, tally
-# and id. Every library write changes one of them (syncing.py trusts that).
+# and id. Every library write changes one of them (sync.side trusts that).
 _SYNC_SUMMARY = (
     "SELECT b.scope, b.scope_id, b.key, b.id, b.updated_at, t.position, t.tally, "
     "id_text(t.id) FROM buffers AS b LEFT JOIN messages AS t ON t.buffer_id = b.id "
@@ -258,7 +261,7 @@ SQL: dict[str, str] = {
         "INSERT INTO memory (scope, scope_id, key, value) VALUES (?, ?, ?, ?) "
         "ON CONFLICT (scope, scope_id, key) DO UPDATE SET value = excluded.value, "
         # strictly later than the value it replaces, whatever the wall clock did:
-        # offline sync finds changed memory by its stamps (syncing._kv_shape)
+        # offline sync finds changed memory by its stamps (sync.registers.kv_shape)
         "updated_at = max(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), "
         "strftime('%Y-%m-%dT%H:%M:%fZ', updated_at, '+0.001 seconds'))"
     ),
@@ -356,9 +359,9 @@ SQL: dict[str, str] = {
         "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
         "WHERE b.scope = ? AND b.scope_id = ? AND b.key = ? ORDER BY m.position"
     ),
-    # ------------------------------------------------ offline sync (syncing.py)
+    # ------------------------------------------------ offline sync (flowdrop_local/sync)
     # Sync's own tables, made on first use (they name none of ours, so the schema
-    # check lets them be); see syncing.py for what each holds.
+    # check lets them be); see sync/schema.py for what each holds.
     "sync_tables": (
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'flowdrop_sync_replica'"
     ),
@@ -405,7 +408,7 @@ SQL: dict[str, str] = {
     ),
     **SYNC_COMMON,
     # Whether this connection is ready for sync: its tables (the newest one), and
-    # the TEMP triggers that record deletions (_sync_sql.SQLITE_DELETE_TRIGGERS).
+    # the TEMP triggers that record deletions (sync.schema.SQLITE_DELETE_TRIGGERS).
     "sync_schema_table": (
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'flowdrop_sync_schema'"
     ),
@@ -694,6 +697,7 @@ class SqliteBackend(Backend):
         *,
         durability: Durability = "normal",
         lock_warning_after: float = 5.0,
+        lock_timeout: float | None = None,
         read_only: bool = False,
         create: bool = True,
     ) -> None:
@@ -710,10 +714,17 @@ class SqliteBackend(Backend):
         )
         self.durability = durability
         self.lock_warning_after = lock_warning_after
+        self.lock_timeout = lock_timeout
+        # How long SQLite's busy handler waits before BEGIN IMMEDIATE reports the lock
+        # held: until the warning, or the timeout if that comes first (_wait_longer).
+        self._busy_seconds = min(lock_warning_after, lock_timeout or lock_warning_after)
         self._lock = threading.RLock()
         self._tails: dict[tuple[str, str, str], BufferState] = {}
         self._data_version = -1
         self._changes = -1  # conn.total_changes when the tails were last right
+        # The file's schema version when this connection last made sure it records
+        # deletions if the store syncs (_arm_sync); None: check at the next write.
+        self._armed_at: int | None = None
         self._forked = False
         self._closed = True
         # Whether this backend created the file (a caller whose work then fails may
@@ -722,9 +733,6 @@ class SqliteBackend(Backend):
         made = None  # the file as created here, exclusively (as backup creates its target)
         if path != ":memory:" and not self.read_only:
             made = _files.open_or_create(path, create)
-        # The file's schema version when this connection last made sure it records
-        # deletions if the store syncs (_arm_sync); None: check at the next write.
-        self._armed_at: int | None = None
             self.created = made is not None
         try:
             conn = self._connect()
@@ -765,7 +773,7 @@ class SqliteBackend(Backend):
                 target,
                 isolation_level=None,
                 check_same_thread=False,
-                timeout=self.lock_warning_after,
+                timeout=self._busy_seconds,
                 uri=uri,
             )
             _files.set_defensive(conn)
@@ -847,7 +855,7 @@ class SqliteBackend(Backend):
                 if own:
                     conn.execute("BEGIN")  # one snapshot for every statement of the block
                 yield _SqliteTx(self, conn)
-            except sqlite3.DatabaseError as error:
+            except (sqlite3.DatabaseError, UnicodeEncodeError) as error:
                 raise self._translated(error) from None
             finally:
                 if own and conn.in_transaction:
@@ -859,37 +867,34 @@ class SqliteBackend(Backend):
             return NotADatabase(f"{self.path} is corrupt: {error}")
         if isinstance(error, sqlite3.OperationalError) and "readonly" in str(error):
             return ReadOnlyStore(f"{self.path} is read-only: {error}")
+        if isinstance(error, UnicodeEncodeError):  # a parameter SQLite cannot take as UTF-8
+            return InvalidArgument(
+                "text holding a lone surrogate (a byte that is not UTF-8) cannot be stored "
+                "or looked up; nothing was written"
+            )
+        if isinstance(error, sqlite3.DataError):  # SQLITE_TOOBIG: past SQLITE_LIMIT_LENGTH
+            return TooLarge(
+                f"a value is longer than {self.path} takes ({error}); nothing was written"
+            )
+        if isinstance(error, sqlite3.OperationalError) and "malformed JSON" in str(error):
+            # A JSON function of ours met a stored row that is not JSON (a damaged file).
+            return CorruptRow(
+                f"{self.path} is damaged: a stored row does not hold valid JSON ({error}); "
+                "run 'flowdrop-local check'"
+            )
         return error
 
     def _abort(self, conn: sqlite3.Connection) -> None:
         """Roll back the open transaction (if SQLite has not already) and forget the tails."""
         self._tails.clear()
+        self._armed_at = None  # TEMP triggers made in the transaction go with it
         if conn.in_transaction:
             conn.execute("ROLLBACK")
 
-    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
-        """Take the write lock, waiting as long as it takes (MEM-12).
-
-        Then drop the cached tails if another connection committed meanwhile.
-        """
-        if self.read_only:
-            raise ReadOnlyStore(f"{self.path} is open read-only")
-        started = time.monotonic()
-        warned = False
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as error:
-                message = str(error)
-                if "readonly" in message or "read-only" in message:
-        self._armed_at = None  # TEMP triggers made in the transaction go with it
-                    raise ReadOnlyStore(f"{self.path} is read-only: {message}") from None
-                if "locked" not in message and "busy" not in message:
-                    raise FlowdropError(f"cannot start a write on {self.path}: {message}") from None
     def _arm_sync(self, conn: sqlite3.Connection) -> None:
         """Inside a write: once the store syncs (its sync tables exist, made by any
         connection, this one's open included), this connection's TEMP triggers
-        record every deletion and rename it makes (_sync_sql.SQLITE_DELETE_TRIGGERS).
+        record every deletion and rename it makes (sync.schema.SQLITE_DELETE_TRIGGERS).
         Checked again only when the file's schema changed: one pragma a write."""
         schema = conn.execute("PRAGMA main.schema_version").fetchone()[0]
         if schema == self._armed_at:
@@ -899,14 +904,29 @@ class SqliteBackend(Backend):
                 conn.execute(ddl)
         self._armed_at = schema
 
-                if not warned:
-                    warned = True
-                    log.warning(
-                        "flowdrop_local: waited %.1f s for the write lock on %s; still waiting",
-                        time.monotonic() - started,
-                        self.path,
-                    )
+    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
+        """Take the write lock, waiting as long as it takes (MEM-12).
+
+        Then drop the cached tails if another connection committed meanwhile.
+        """
+        if self.read_only:
+            raise ReadOnlyStore(f"{self.path} is open read-only")
+        started = time.monotonic()
+        warned = retimed = False
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as error:
+                message = str(error)
+                if "readonly" in message or "read-only" in message:
+                    raise ReadOnlyStore(f"{self.path} is read-only: {message}") from None
+                if "locked" not in message and "busy" not in message:
+                    raise FlowdropError(f"cannot start a write on {self.path}: {message}") from None
+                warned = self._wait_longer(conn, started, warned)
+                retimed = True
                 continue
+            if retimed:  # the next write waits as the connection was opened to
+                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_seconds * 1000)}")
             try:
                 # Another connection committed, or this one wrote outside the append
                 # path (store.db): what the tails cache says may be stale.
@@ -914,10 +934,39 @@ class SqliteBackend(Backend):
                 if version != self._data_version or conn.total_changes != self._changes:
                     self._tails.clear()
                     self._data_version = version
+                self._arm_sync(conn)
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
             return
+
+    def _wait_longer(self, conn: sqlite3.Connection, started: float, warned: bool) -> bool:
+        """After ``BEGIN IMMEDIATE`` found the write lock held: past ``lock_timeout``,
+        raise LockTimeout (nothing was begun, so nothing is written); past
+        ``lock_warning_after``, log the one warning. Then let the busy handler wait
+        until whichever comes next. Returns whether the warning has been logged."""
+        waited = time.monotonic() - started
+        limit = self.lock_timeout
+        if limit is not None and waited >= limit - 0.005:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_seconds * 1000)}")
+            raise LockTimeout(
+                f"gave up on a write to {self.path} after {waited:.1f} s: another writer "
+                f"holds its write lock (lock_timeout={limit:g} s); nothing was written",
+                limit,
+            )
+        if not warned and waited >= self.lock_warning_after - 0.005:
+            warned = True
+            log.warning(
+                "flowdrop_local: waited %.1f s for the write lock on %s; still waiting%s",
+                waited,
+                self.path,
+                "" if limit is None else f" (up to lock_timeout={limit:g} s)",
+            )
+        wait = self.lock_warning_after if limit is None else limit - waited
+        if not warned:
+            wait = min(wait, self.lock_warning_after - waited)
+        conn.execute(f"PRAGMA busy_timeout = {max(1, int(wait * 1000))}")
+        return warned
 
     def snapshot_rows(self, reads: list[tuple[str, Any]]) -> Iterator[tuple[int, Any]]:
         """See :meth:`Backend.snapshot_rows`: a read-only connection of the export's own.
@@ -929,7 +978,6 @@ class SqliteBackend(Backend):
         if self.path == ":memory:":
             with self.read() as tx:
                 everything = [(i, row) for i, (s, p) in enumerate(reads) for row in tx.all(s, p)]
-                self._arm_sync(conn)
             for item in everything:
                 self.connection()  # a store closed meanwhile: StoreClosed, as every read
                 yield item

@@ -112,9 +112,16 @@ def schema_steps(postgresql: bool) -> tuple[tuple[str, ...], ...]:
     steps its store has not taken (flowdrop_sync_schema) in its own transaction, and
     runs no DDL once the store is current. A later change to sync's tables or
     triggers is a new step at the end, never an edit of one taken. Step 1 is sync
-    v2's tables and PostgreSQL's triggers, made with IF NOT EXISTS / OR REPLACE, so
-    a store synced before there were steps takes it too."""
-    return ((*SYNC_TABLES, SCHEMA_TABLE, *(PG_DELETE_TRIGGERS if postgresql else ())),)
+    v2's tables, made with IF NOT EXISTS, so a store synced before there were steps
+    takes it too; step 2 PostgreSQL's triggers (CREATE OR REPLACE)."""
+    return (
+        (*SYNC_TABLES, SCHEMA_TABLE),
+        # 2: PostgreSQL's triggers, their functions pinned to the search path the
+        # library's connection sets (a function in a schema others can create in
+        # could otherwise run inside them: issue 21); on SQLite they are TEMP
+        # triggers each connection makes (SQLITE_DELETE_TRIGGERS).
+        PG_DELETE_TRIGGERS if postgresql else (),
+    )
 
 
 # Deletions are recorded when they happen (issue 20): on a store that syncs, every
@@ -135,7 +142,7 @@ _NEXT_SEQ = (  # (the derived table is named: PostgreSQL before 16 wants an alia
 # an append's touch, an edit) and every conversation stamp below is taken from it,
 # so stamps never go back when the wall clock does. A sync's mark is the newest
 # buffer stamp at its start; what changed since is stamped at or after it, however
-# the clock was set in between (syncing.py, step 0).
+# the clock was set in between (sync.scan).
 SQLITE_STORE_CLOCK = (
     "max(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), "
     "coalesce((SELECT max(updated_at) FROM main.buffers), ''))"
@@ -181,24 +188,29 @@ SQLITE_DELETE_TRIGGERS: tuple[str, ...] = (
 # flag is a transaction-local setting, and the change numbers are taken under a
 # transaction-level advisory lock (held to the commit, so numbers commit in
 # order: a sync taking the same lock never reads past a number still in flight).
-PG_SEQ_LOCK = "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.flowdrop_sync_seq'))"
+PG_SEQ_LOCK = (
+    "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext("
+    "pg_catalog.concat(pg_catalog.current_schema(), '.flowdrop_sync_seq')))"
+)
 PG_DELETE_TRIGGERS: tuple[str, ...] = (
     "CREATE OR REPLACE FUNCTION flowdrop_sync_message_deleted() RETURNS trigger "
-    "LANGUAGE plpgsql AS $$ BEGIN "
-    "IF coalesce(current_setting('flowdrop.sync_quiet', true), '') = 'on' THEN RETURN NULL; "
-    "END IF; "
+    "LANGUAGE plpgsql SET search_path FROM CURRENT AS $$ BEGIN "
+    "IF coalesce(pg_catalog.current_setting('flowdrop.sync_quiet', true), '') = 'on' "
+    "THEN RETURN NULL; END IF; "
     "IF NOT EXISTS (SELECT 1 FROM flowdrop_sync_replica) THEN RETURN NULL; END IF; "
-    "PERFORM pg_advisory_xact_lock(hashtext(current_schema() || '.flowdrop_sync_seq')); "
+    "PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext("
+    "pg_catalog.concat(pg_catalog.current_schema(), '.flowdrop_sync_seq'))); "
     "INSERT INTO flowdrop_sync_tombstones (id, scope, scope_id, key, seq, deleted_at) "
     f"SELECT OLD.id, b.scope, b.scope_id, b.key, {_NEXT_SEQ} + 1, flowdrop_now() "
     "FROM buffers AS b WHERE b.id = OLD.buffer_id ON CONFLICT (id) DO NOTHING; "
     "RETURN NULL; END $$",
     "CREATE OR REPLACE FUNCTION flowdrop_sync_buffer_deleted() RETURNS trigger "
-    "LANGUAGE plpgsql AS $$ BEGIN "
-    "IF coalesce(current_setting('flowdrop.sync_quiet', true), '') = 'on' THEN RETURN OLD; "
-    "END IF; "
+    "LANGUAGE plpgsql SET search_path FROM CURRENT AS $$ BEGIN "
+    "IF coalesce(pg_catalog.current_setting('flowdrop.sync_quiet', true), '') = 'on' "
+    "THEN RETURN OLD; END IF; "
     "IF NOT EXISTS (SELECT 1 FROM flowdrop_sync_replica) THEN RETURN OLD; END IF; "
-    "PERFORM pg_advisory_xact_lock(hashtext(current_schema() || '.flowdrop_sync_seq')); "
+    "PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext("
+    "pg_catalog.concat(pg_catalog.current_schema(), '.flowdrop_sync_seq'))); "
     "INSERT INTO flowdrop_sync_tombstones (id, scope, scope_id, key, seq, deleted_at) "
     f"SELECT m.id, OLD.scope, OLD.scope_id, OLD.key, {_NEXT_SEQ} "
     "+ row_number() OVER (ORDER BY m.position), flowdrop_now() "
@@ -206,9 +218,9 @@ PG_DELETE_TRIGGERS: tuple[str, ...] = (
     f"{_CONVERSATION_PUT.format(a='OLD', now=PG_STORE_CLOCK, deleted=1)}; "
     "RETURN OLD; END $$",
     "CREATE OR REPLACE FUNCTION flowdrop_sync_conversation_changed() RETURNS trigger "
-    "LANGUAGE plpgsql AS $$ BEGIN "
-    "IF coalesce(current_setting('flowdrop.sync_quiet', true), '') = 'on' THEN RETURN NULL; "
-    "END IF; "
+    "LANGUAGE plpgsql SET search_path FROM CURRENT AS $$ BEGIN "
+    "IF coalesce(pg_catalog.current_setting('flowdrop.sync_quiet', true), '') = 'on' "
+    "THEN RETURN NULL; END IF; "
     "IF NOT EXISTS (SELECT 1 FROM flowdrop_sync_replica) THEN RETURN NULL; END IF; "
     "IF TG_OP = 'INSERT' THEN "
     f"UPDATE flowdrop_sync_conversations SET deleted = 0, stamp = {PG_STORE_CLOCK} "
@@ -318,7 +330,7 @@ SYNC_COMMON: dict[str, str] = {
         "ON CONFLICT (kind) DO UPDATE SET sync_id = excluded.sync_id"
     ),
     # How many memory values and grants there are, and the latest local write.
-    # Every stamp of a kind (its shape, syncing._kv_shape): any set, grant, delete or
+    # Every stamp of a kind (its shape, sync.registers.kv_shape): any set, grant, delete or
     # revoke changes it, whatever the clock did (a memory update stamps strictly later).
     "sync_kv_stamps_memory": "SELECT scope, scope_id, key, updated_at FROM memory",
     "sync_kv_stamps_viewer": "SELECT session_id, user_id, granted_at FROM session_viewers",

@@ -1,0 +1,332 @@
+"""Buffers that differ: merged by :func:`flowdrop_local.rules.merge.merge`, healed
+on the first side, copied to the second; edits carry generations, moves their
+counts, and what a merge dropped that was not a duplicate is kept as a conflict."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+
+from ..engine import drive, heal, remove_message
+from ..errors import (
+    SyncIdConflict,
+)
+from ..rules.merge import Entry, Merged, merge
+from .common import Address, wall_clock
+from .report import Report
+from .side import Side, View, digest_of, held_of, summary_of
+from .write import settle, write_merged
+
+
+def keep_state(side: Side, address: Address, digest: str, held: str, view: View) -> None:
+    """Remember what the buffer holds now (its digest, and its ids for the next sync's
+    deletions) and its summary now (so the next sync reads it only if it changed)."""
+    found = side.tx.one("sync_summary_one", address)
+    if found is None:  # no buffer (an empty one keeps its state: it has a summary)
+        if view.state is not None:
+            side.tx.run("sync_state_drop", address)
+        return
+    state = (digest, summary_of(found))
+    if view.state != state:
+        side.tx.run("sync_state_put", (*address, digest, held, state[1]))
+
+
+def merge_buffer(
+    address: Address,
+    first: Side,
+    second: Side,
+    report: Report,
+    *,
+    grown: bool,
+    stale: bool = False,
+) -> tuple[str, str, bool] | None:
+    """Merge one buffer: decide, write the first side, heal there, copy to the second.
+    Returns the buffer's state as both sides now hold it (digest, held ids), and
+    whether anything was merged.
+
+    ``grown``: both sides only appended at the end since they last held the same
+    rows (up to the recorded last row): read and merge from the last user turn at or
+    before that row (the calls after it may be answered by either side), keep the
+    rest as it is. None when that does not hold after all (nothing is written
+    then): the caller merges the buffer whole. ``stale``: a tombstone changed the
+    buffer in this sync, so rows read before are read again.
+    """
+    views = {side.label: side.views[address] for side in (first, second)}
+    buffer_ids = {}
+    before: dict[str, list[Entry]] = {}
+    tail: tuple[str, int, str] | None = None  # last position, count up to it, digest
+    start = ""
+    if grown:
+        state = views[first.label].state
+        assert state is not None
+        _, _, last, tally = state[1].split("|")[:4]
+        tail = (last, int(tally), state[0])
+    for side in (first, second):
+        buffer_id = side.tx.open("open_buffer", (*address, None)).id
+        buffer_ids[side.label] = buffer_id
+        view = views[side.label]
+        if tail is not None:
+            row = side.tx.one("sync_context_start", (buffer_id, tail[0]))
+            start = "" if row is None or row[0] is None else str(row[0])
+            before[side.label] = side.entries_from(buffer_id, start)
+        else:
+            fresh = view.read and not stale
+            before[side.label] = view.entries if fresh else side.entries(buffer_id)
+    context: list[str] = []
+    if tail is not None:
+        context = [e.id for e in before[first.label] if e.position <= tail[0]]
+        if context != [e.id for e in before[second.label] if e.position <= tail[0]]:
+            return None
+        if all(len(rows) == len(context) for rows in before.values()):
+            return tail[2], views[first.label].held_text(), False  # nothing new
+    # A message one side holds and the other deleted (its tombstone was compacted on a
+    # third store that took the message back, say) is deleted, never sent.
+    held_ids = {label: {e.id for e in rows} for label, rows in before.items()}
+    dropped = False
+    for holder, other in ((first, second), (second, first)):
+        alone = [i for i in held_ids[holder.label] if i not in held_ids[other.label]]
+        for id_ in sorted(other.tombstoned(alone)):
+            if drive(remove_message(id_, heal_now=False), holder.tx):
+                holder.tombstone([(id_, address)])
+                report.add(f"deleted_on_{holder.label}", 1)
+                dropped = True
+    if dropped:
+        return None  # read again, whole
+    roles = {e.id: e.role for e in before[first.label]}
+    for e in before[second.label]:
+        if roles.get(e.id, e.role) != e.role:
+            raise SyncIdConflict(
+                f"message id {e.id} in buffer {'/'.join(address)} is a {roles[e.id]} message "
+                f"on one side and a {e.role} message on the other: an id names one message; "
+                "give one of them another id, then sync again"
+            )
+    sides_by_label = {first.label: first, second.label: second}
+    generations = {
+        side.label: generations_of(
+            side, before[side.label], {} if tail else views[side.label].held()
+        )
+        for side in (first, second)
+    }
+    moves = {label: sides_by_label[label].moves(rows) for label, rows in before.items()}
+    merged: Merged = merge(
+        before["a"], before["b"], generations["a"], generations["b"], moves["a"], moves["b"]
+    )
+    if tail is not None:  # the rows both held stay where they are, the new ones after
+        inside = [p.entry.id for p in merged.placed if p.position <= tail[0]]
+        if inside != context:
+            return None
+    sides = {first.label: first, second.label: second}
+    _record_conflicts(merged, address, sides, report)
+    report.add("replaced", merged.replaced)
+    report.add("edited", merged.edited)
+    # Messages before what was read (a grown buffer's older rows) count too.
+    above = 0 if tail is None else tail[1] - len(context)
+    # The first side: the merged rows, then healing (the engine's), as an append would.
+    target = [
+        (p.entry, p.position, sides[p.source[0]] if p.source != "ab" else first)
+        for p in merged.placed
+    ]
+    first_id, second_id = buffer_ids[first.label], buffer_ids[second.label]
+    write_merged(first, first_id, before[first.label], target, whole=tail is None)
+    healed: list[str] = []
+    count = above + len(target)
+    drive(heal(first_id, None, 0, count, healed, before_users_only=True), first.tx)
+    report.add("healed", len(healed))
+    settle(first, first_id, count + len(healed))
+    final = first.entries_from(first_id, start)
+    kept_as = {e.id: e.fingerprint for e in final}
+    winners = {  # each side's generations of the versions kept
+        label: {
+            e.id: generations[label][e.id]
+            for e in before[label]
+            if e.id in generations[label] and kept_as.get(e.id) == e.fingerprint
+        }
+        for label in before
+    }
+    keep_generations((first, second), final, winners)
+    _keep_moves((first, second), before, final, moves)
+    # The second side: a copy of the first.
+    write_merged(
+        second,
+        second_id,
+        before[second.label],
+        [(e, e.position, first) for e in final],
+        whole=tail is None,
+    )
+    settle(second, second_id, above + len(final))
+    # Every message that was on a side and is not now is a tombstone on both.
+    kept = {e.id for e in final}
+    for side in (first, second):
+        removed = [e.id for e in before[side.label] if e.id not in kept]
+        report.add(f"deleted_on_{side.label}", len(removed))
+    removed_all = sorted({e.id for side in before.values() for e in side} - kept)
+    for side in (first, second):
+        side.tombstone([(id_, address) for id_ in removed_all])
+    new = set(healed)
+    for side, other in ((first, second), (second, first)):
+        have = {e.id for e in before[side.label]}
+        report.add(
+            f"sent_{other.label}_to_{side.label}",
+            sum(1 for e in final if e.id not in have and e.id not in new),
+        )
+    was = {e.id: e.position for side in before.values() for e in side}
+    rekeyed = [e.id for e in final if e.id in was and was[e.id] != e.position]
+    report.add("rekeyed", len(rekeyed))
+    rows = [(e.id, e.position, e.fingerprint) for e in final]
+    if tail is None:
+        return digest_of(rows), held_of(rows), True
+    if [row[0] for row in rows if row[1] <= tail[0]] != context:
+        # Healing placed a row among the older ones: read the buffer whole.
+        rows = [(e.id, e.position, e.fingerprint) for e in first.entries(first_id)]
+        return digest_of(rows), held_of(rows), True
+    grown_rows = [row for row in rows if row[1] > tail[0]]
+    held = " ".join(filter(None, (views[first.label].held_text(), held_of(grown_rows))))
+    return digest_of(grown_rows, tail[2]), held, True
+
+
+def generations_of(side: Side, entries: Sequence[Entry], held: Mapping[str, str]) -> dict[str, int]:
+    """The generation of each message's version on ``side`` (only those above 0).
+
+    A version is generation 0 as written; each edit makes the next. The generation
+    recorded for a message (``flowdrop_sync_versions``) is that of the version
+    recorded with it; a message whose version differs from the one the side held
+    at its last sync (``held``: id -> fingerprint prefix) was edited since: one
+    more. Every sync that reads a message records its generation on both sides,
+    so a later edit always carries a higher number than the version it replaced.
+    """
+    recorded = side.versions([e.id for e in entries])
+    found: dict[str, int] = {}
+    for e in entries:
+        row = recorded.get(e.id)
+        if row is not None and row[0] == e.fingerprint:
+            generation = row[1]
+        else:
+            before = 0 if row is None else row[1]
+            prefix = held.get(e.id)
+            edited = prefix is not None and not e.fingerprint.startswith(prefix)
+            generation = before + 1 if edited else (0 if row is None else before)
+        if generation:
+            found[e.id] = generation
+    return found
+
+
+def keep_generations(
+    sides: Sequence[Side], final: Sequence[Entry], generations: Mapping[str, Mapping[str, int]]
+) -> None:
+    """Record, on both sides, the generation of each version both now hold: the
+    highest of the generations either side had for that very version."""
+    rows = []
+    for e in final:
+        generation = max((found.get(e.id, 0) for found in generations.values()), default=0)
+        if generation:
+            rows.append((e.id, e.fingerprint, generation))
+    if rows:
+        for side in sides:
+            side.tx.many("sync_version_put", rows)
+
+
+def _keep_moves(
+    sides: Sequence[Side],
+    before: Mapping[str, Sequence[Entry]],
+    final: Sequence[Entry],
+    moves: Mapping[str, Mapping[str, int]],
+) -> None:
+    """Record, on both sides, how many times syncs moved each message to where it now
+    stands: as many as the side it came from had for that position, or one more than
+    either had when this merge moved it (so the move wins against a replica that
+    still holds it where it stood)."""
+    stood = {label: {e.id: e.position for e in rows} for label, rows in before.items()}
+    rows = []
+    for e in final:
+        kept = [
+            moves[label].get(e.id, 0) for label in stood if stood[label].get(e.id) == e.position
+        ]
+        if kept:
+            generation = max(kept)
+        elif any(e.id in where for where in stood.values()):
+            generation = max(moves[label].get(e.id, 0) for label in stood) + 1
+        else:
+            generation = 0  # new here (healed by this sync)
+        if generation:
+            rows.append((e.id, e.position, generation))
+    if rows:
+        for side in sides:
+            side.tx.many("sync_move_put", rows)
+
+
+def _record_conflicts(
+    merged: Merged, address: Address, sides: dict[str, Side], report: Report
+) -> None:
+    """Conflicts keep the whole dropped message, on both sides."""
+    if not merged.conflicts:
+        return
+    now = wall_clock()
+    rows = []
+    for conflict in merged.conflicts:
+        holder = sides[conflict.dropped_side]
+        content, parts = holder.contents([conflict.dropped.id])[conflict.dropped.id]
+        message = {
+            "id": conflict.dropped.id,
+            "role": conflict.dropped.role,
+            "content": json.loads(content) if parts else content,
+            "metadata": json.loads(conflict.dropped.metadata),
+            "created_at": conflict.dropped.created_at,
+        }
+        rows.append(
+            (
+                conflict.dropped.id,
+                conflict.dropped.fingerprint,
+                conflict.rule,
+                *address,
+                conflict.call_id,
+                conflict.kept_id,
+                json.dumps(message, ensure_ascii=False),
+                now,
+            )
+        )
+        report.conflict(conflict.rule)
+    for side in sides.values():
+        side.tx.many("sync_conflict_put", rows)
+
+
+def merge_buffers(
+    sides: tuple[Side, Side],
+    order: Sequence[Side],
+    addresses: Iterable[Address],
+    touched: set[Address],
+    full: bool,
+    report: Report,
+) -> None:
+    """Step 3: each buffer that differs merges, only its new rows when both sides
+    only grew at the end since they last held the same (equal recorded digests),
+    else whole; one both hold alike keeps its generations and recorded state."""
+    for address in sorted(addresses):
+        views = {side.label: side.view(address, full) for side in sides}
+        kinds = {views[label].kind for label in views}
+        recorded = {view.state[0] if view.state else None for view in views.values()}
+        state: tuple[str, str, bool] | None = None
+        if address in touched:
+            pass
+        elif kinds <= {"unchanged", "grown"} and len(recorded) == 1:
+            if kinds == {"unchanged"}:
+                continue
+            state = merge_buffer(address, order[0], order[1], report, grown=True)
+        elif views["a"].digest == views["b"].digest:
+            read = [side for side in sides if views[side.label].read]
+            found = {
+                s.label: generations_of(s, views[s.label].entries, views[s.label].held())
+                for s in read
+            }
+            if read:  # both hold the same versions: their generations, on both
+                keep_generations(sides, views[read[0].label].entries, found)
+            for side in read:  # its recorded state may be out of date
+                view = views[side.label]
+                keep_state(side, address, digest_of(view.rows), held_of(view.rows), view)
+            continue
+        stale = address in touched
+        while state is None:  # None: it dropped messages the other side deleted: again
+            state = merge_buffer(address, order[0], order[1], report, grown=False, stale=stale)
+            stale = True
+        report.add("buffers_merged", int(state[2]))
+        for side in sides:
+            keep_state(side, address, state[0], state[1], views[side.label])
