@@ -49,7 +49,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from .errors import InvalidMessage, MessageIdTaken
@@ -649,16 +649,40 @@ def _checked_position(place: Placement | None, tail: str | None, index: int) -> 
 # ------------------------------------------------------------------ removal
 
 
+# ----------------------------------------------------------- change notices
+# A part of the library that keeps its own record of the store (offline sync,
+# flowdrop_local/sync) hears of the changes it cannot see in the rows through these,
+# without the engine naming it: each listener is a plan, run in the transaction
+# that made the change.
+#   "edited" (buffer_id): a buffer changed other than by an append at the end;
+#   "restored" (message ids): an import with replace wrote these messages back;
+#   "registers_imported" (kinds): an import wrote memory values or viewer grants
+#   ("memory", "viewer") with the stamps they had.
+_LISTENERS: dict[str, list[Callable[..., Plan]]] = {
+    "edited": [],
+    "restored": [],
+    "registers_imported": [],
+}
+
+
+def listen(change: str, listener: Callable[..., Plan]) -> None:
+    """Run ``listener(*args)`` inside every transaction that makes ``change``."""
+    _LISTENERS[change].append(listener)
+
+
+def notify(change: str, *args: Any) -> Plan:
+    """The listeners of ``change``, one after the other (a plan: ``yield from``)."""
+    for listener in _LISTENERS[change]:
+        yield from listener(*args)
+
+
 def edited(buffer_id: int) -> Plan:
     """After a change that is not a plain append at the end (a delete, an edit in
-    place, a row placed before the last one): ``updated_at`` moves strictly later,
-    and the summary offline sync recorded of the buffer is forgotten, so its next
-    sync reads the buffer whole instead of only what was appended since
-    (:mod:`flowdrop_local.syncing`). A store that never synced has no sync tables."""
+    place, a row placed before the last one): ``updated_at`` moves strictly later
+    and the listeners hear of it (offline sync then reads the buffer whole at its
+    next sync instead of only what was appended since)."""
     yield "write", "touch_edited", (buffer_id,)
-    synced = yield "one", "sync_tables", ()
-    if synced[0]:
-        yield "run", "sync_forget_summary", (buffer_id,)
+    yield from notify("edited", buffer_id)
 
 
 def pop(buffer_id: int) -> Generator[Step, Any, tuple[Any, ...] | None]:

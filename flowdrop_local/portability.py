@@ -52,7 +52,6 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -60,7 +59,7 @@ import attrs
 
 from .access import IDENTITY_SCOPES, SCOPES, resolve_address, usable_identity
 from .buffer import Buffer, Placement, check_address_part, new_message_id
-from .engine import drive, edited
+from .engine import drive, edited, notify
 from .errors import (
     CorruptRow,
     FlowdropError,
@@ -361,7 +360,6 @@ class _Importer:
         self.db = db
         self.tx = tx
         self.replace = replace
-        self.syncs = bool(replace and tx.one("sync_tables")[0])
         self.runs: dict[tuple[str, str, str], _Run] = {}  # resolved address -> its run
         self.run: _Run | None = None
         self.buffer: Buffer | None = None
@@ -661,10 +659,10 @@ class _Importer:
                 f"{'/'.join(run.address)}: {error}",
             ) from None
         run.buffer_id = self.buffer.existing_id(self.tx)
-        if self.syncs and result.message_ids:
+        if self.replace and result.message_ids:
             # A message --replace deleted and this import brings back (its id) was
-            # not deleted: the tombstone its deletion recorded goes (offline sync).
-            self.tx.run("sync_untombstone", (list(result.message_ids),))
+            # not deleted (offline sync forgets the deletion it recorded).
+            drive(notify("restored", list(result.message_ids)), self.tx)
         self.imported += result.appended
         self.healed += len(result.healed_ids)
         self.dropped += result.dropped
@@ -686,12 +684,9 @@ class _Importer:
 
     def finish(self) -> ImportReport:
         self._finish()
-        if (self.side["memory"] or self.side["viewer"]) and self.tx.one("sync_tables")[0]:
-            # An import writes values with the stamps they had: the next sync must
-            # read them, not take them for what both held at the pair's last sync.
-            for kind in ("memory", "viewer"):
-                if self.side[kind]:
-                    self.tx.run("sync_kv_clock_put", (kind, f"import {uuid.uuid4()}"))
+        kinds = [kind for kind in ("memory", "viewer") if self.side[kind]]
+        if kinds:  # written with the stamps they had (offline sync must read them)
+            drive(notify("registers_imported", kinds), self.tx)
         return ImportReport(
             len(self.runs),
             self.imported,

@@ -62,9 +62,7 @@ from ..errors import (
 )
 from ..sync.schema import (
     PG_DELETE_TRIGGERS,
-    PG_SEQ_LOCK,
     PG_STORE_CLOCK,
-    SYNC_COMMON,
 )
 from .base import Backend, Durability, Tx
 from .postgresql_trust import (
@@ -112,11 +110,6 @@ _EDITED = (
     "to_char((updated_at::timestamptz + interval '1 millisecond') AT TIME ZONE 'UTC', "
     " 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))"
 )
-_SYNC_SUMMARY = (
-    "SELECT b.scope, b.scope_id, b.key, b.id, b.updated_at, t.position, t.tally, t.id "
-    "FROM buffers AS b LEFT JOIN LATERAL (SELECT position, tally, id FROM messages "
-    "WHERE buffer_id = b.id ORDER BY position DESC LIMIT 1) AS t ON true"
-)
 # A buffer's count: the tally of its last row (postgresql.sql), NULL when it is empty.
 _TALLY = "SELECT tally FROM messages WHERE buffer_id = {} ORDER BY position DESC LIMIT 1"
 # What an append needs to know of a buffer (engine.BufferState), after its id.
@@ -145,8 +138,6 @@ _NEW_ID = (
 )
 
 # The named statements, in PostgreSQL's dialect (the same names as backends/sqlite.py).
-# A message's fingerprint for sync, byte for byte what content_md5 computes on SQLite.
-_CONTENT_MD5 = "md5(m.content || chr(31) || m.metadata || chr(31) || m.content_parts::text)"
 
 SQL: dict[str, str] = {
     # ----------------------------------------------------------- the append engine
@@ -382,53 +373,6 @@ SQL: dict[str, str] = {
         "m.content_parts, m.metadata, m.created_at "
         f"FROM {_JOINED_AT} ORDER BY m.position"
     ),
-    # ------------------------------------------------ offline sync (flowdrop_local/sync)
-    "sync_tables": (
-        "SELECT count(*) FROM pg_catalog.pg_tables "
-        "WHERE schemaname = pg_catalog.current_schema() AND tablename = 'flowdrop_sync_replica'"
-    ),
-    "sync_scan": (
-        "SELECT b.scope, b.scope_id, b.key, m.id, m.position, "
-        f"{_CONTENT_MD5} "
-        "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id ORDER BY b.id, m.position"
-    ),
-    "sync_now": f"SELECT {STORE_CLOCK}",
-    "sync_candidates": f"{_SYNC_SUMMARY} WHERE b.updated_at >= %s",
-    "sync_summary_one": f"{_SYNC_SUMMARY} WHERE b.scope = %s AND b.scope_id = %s AND b.key = %s",
-    "sync_where": (
-        "SELECT m.id, b.scope, b.scope_id, b.key FROM messages AS m "
-        "JOIN buffers AS b ON b.id = m.buffer_id WHERE m.id = ANY(%s)"
-    ),
-    "sync_light": (
-        f"SELECT id, position, role, metadata, {_CONTENT_MD5}, created_at "
-        "FROM messages AS m WHERE buffer_id = %s ORDER BY position"
-    ),
-    "sync_tombstones_held": "SELECT id FROM flowdrop_sync_tombstones WHERE id = ANY(%s)",
-    "sync_row_at": "SELECT id FROM messages WHERE buffer_id = %s AND position = %s",
-    "sync_versions_of": (
-        "SELECT id, fingerprint, generation FROM flowdrop_sync_versions WHERE id = ANY(%s)"
-    ),
-    "sync_moves_of": (
-        "SELECT id, position, generation FROM flowdrop_sync_moves WHERE id = ANY(%s)"
-    ),
-    "sync_light_from": (
-        f"SELECT id, position, role, metadata, {_CONTENT_MD5}, created_at "
-        "FROM messages AS m WHERE buffer_id = %s AND position >= %s ORDER BY position"
-    ),
-    "sync_contents": "SELECT id, content, content_parts FROM messages WHERE id = ANY(%s)",
-    **{name: sql.replace("?", "%s") for name, sql in SYNC_COMMON.items()},
-    "sync_schema_table": (
-        "SELECT count(*) FROM pg_catalog.pg_tables "
-        "WHERE schemaname = pg_catalog.current_schema() AND tablename = 'flowdrop_sync_schema'"
-    ),
-    "sync_lock_registers": (
-        "LOCK TABLE memory, sessions, session_viewers IN SHARE ROW EXCLUSIVE MODE"
-    ),
-    "sync_lock_timeout": "SET LOCAL lock_timeout = '200ms'",
-    "sync_quiet": "SELECT set_config('flowdrop.sync_quiet', 'on', true)",
-    "sync_loud": "SELECT set_config('flowdrop.sync_quiet', '', true)",
-    "sync_seq_lock": PG_SEQ_LOCK,
-    "sync_untombstone": "DELETE FROM flowdrop_sync_tombstones WHERE id = ANY(%s)",
     # ------------------------------------------------ conversations (issue 13)
     "buffer_info": (
         "SELECT b.title, b.metadata, b.created_at, b.updated_at, "

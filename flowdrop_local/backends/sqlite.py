@@ -54,7 +54,6 @@ from ..errors import (
 from ..sync.schema import (
     SQLITE_DELETE_TRIGGERS,
     SQLITE_STORE_CLOCK,
-    SYNC_COMMON,
     adopt_copy,
     content_md5,
 )
@@ -102,13 +101,6 @@ STORE_CLOCK = SQLITE_STORE_CLOCK  # every buffer stamp (sync/schema.py says why)
 _EDITED = (
     f"updated_at = max({STORE_CLOCK}, "
     "strftime('%Y-%m-%dT%H:%M:%fZ', updated_at, '+0.001 seconds'))"
-)
-# A buffer's sync summary: its row id, updated_at, and its last row's position, tally
-# and id. Every library write changes one of them (sync.side trusts that).
-_SYNC_SUMMARY = (
-    "SELECT b.scope, b.scope_id, b.key, b.id, b.updated_at, t.position, t.tally, "
-    "id_text(t.id) FROM buffers AS b LEFT JOIN messages AS t ON t.buffer_id = b.id "
-    "AND t.position = (SELECT max(position) FROM messages WHERE buffer_id = b.id)"
 )
 
 SQL: dict[str, str] = {
@@ -359,79 +351,6 @@ SQL: dict[str, str] = {
         "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
         "WHERE b.scope = ? AND b.scope_id = ? AND b.key = ? ORDER BY m.position"
     ),
-    # ------------------------------------------------ offline sync (flowdrop_local/sync)
-    # Sync's own tables, made on first use (they name none of ours, so the schema
-    # check lets them be); see sync/schema.py for what each holds.
-    "sync_tables": (
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'flowdrop_sync_replica'"
-    ),
-    "sync_scan": (
-        "SELECT b.scope, b.scope_id, b.key, id_text(m.id), m.position, "
-        "content_md5(m.content, m.metadata, m.content_parts) "
-        "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id ORDER BY b.id, m.position"
-    ),
-    "sync_now": f"SELECT {STORE_CLOCK}",
-    # Each buffer changed at or after a time (every buffer for ''), with its summary:
-    # buffers_recent is the index, the tail its primary key.
-    "sync_candidates": f"{_SYNC_SUMMARY} WHERE b.updated_at >= ?",
-    "sync_summary_one": f"{_SYNC_SUMMARY} WHERE b.scope = ? AND b.scope_id = ? AND b.key = ?",
-    "sync_where": (
-        "SELECT id_text(m.id), b.scope, b.scope_id, b.key FROM messages AS m "
-        "JOIN buffers AS b ON b.id = m.buffer_id "
-        "WHERE m.id IN (SELECT id_blob(value) FROM json_each(?))"
-    ),
-    "sync_light": (
-        "SELECT id_text(id), position, role, metadata, "
-        "content_md5(content, metadata, content_parts), created_at "
-        "FROM messages WHERE buffer_id = ? ORDER BY position"
-    ),
-    "sync_tombstones_held": (
-        "SELECT id FROM flowdrop_sync_tombstones WHERE id IN (SELECT value FROM json_each(?))"
-    ),
-    "sync_row_at": "SELECT id_text(id) FROM messages WHERE buffer_id = ? AND position = ?",
-    "sync_versions_of": (
-        "SELECT id, fingerprint, generation FROM flowdrop_sync_versions "
-        "WHERE id IN (SELECT value FROM json_each(?))"
-    ),
-    "sync_moves_of": (
-        "SELECT id, position, generation FROM flowdrop_sync_moves "
-        "WHERE id IN (SELECT value FROM json_each(?))"
-    ),
-    "sync_light_from": (
-        "SELECT id_text(id), position, role, metadata, "
-        "content_md5(content, metadata, content_parts), created_at "
-        "FROM messages WHERE buffer_id = ? AND position >= ? ORDER BY position"
-    ),
-    "sync_contents": (
-        "SELECT id_text(id), content, content_parts FROM messages "
-        "WHERE id IN (SELECT id_blob(value) FROM json_each(?))"
-    ),
-    **SYNC_COMMON,
-    # Whether this connection is ready for sync: its tables (the newest one), and
-    # the TEMP triggers that record deletions (sync.schema.SQLITE_DELETE_TRIGGERS).
-    "sync_schema_table": (
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'flowdrop_sync_schema'"
-    ),
-    "sync_lock_registers": "SELECT 1",
-    "sync_lock_timeout": "SELECT 1",
-    "sync_quiet": "INSERT INTO flowdrop_sync_quiet (on_) VALUES (1)",
-    "sync_loud": "DELETE FROM flowdrop_sync_quiet",
-    # SQLite takes one writer at a time: change numbers are taken in commit order.
-    "sync_seq_lock": "SELECT 1",
-    "sync_untombstone": (
-        "DELETE FROM flowdrop_sync_tombstones WHERE id IN (SELECT value FROM json_each(?))"
-    ),
-    # INDEXED BY, as for unanswered_calls: the buffer's unanswered calls, not its ledger.
-    "sync_drop_unanswered": (
-        "DELETE FROM tool_calls INDEXED BY tool_calls_unanswered "
-        "WHERE buffer_id = ? AND answered_by IS NULL"
-    ),
-    "sync_answered_refresh": (
-        "UPDATE tool_calls INDEXED BY tool_calls_unanswered SET answered_by = "
-        "(SELECT m.id FROM messages AS m "
-        "WHERE m.buffer_id = tool_calls.buffer_id AND m.tool_call_id = tool_calls.call_id) "
-        "WHERE buffer_id = ? AND answered_by IS NULL"
-    ),
     # ------------------------------------------------ conversations (issue 13)
     "buffer_info": (
         "SELECT b.title, b.metadata, b.created_at, b.updated_at, "
@@ -514,18 +433,8 @@ SQL: dict[str, str] = {
     "search_finish": "INSERT INTO message_search (message_search) VALUES ('rebuild')",
 }
 # Statements whose list parameter SQLite reads as a JSON array (json_each).
-_JSON_ARRAY_PARAMS = frozenset(
-    {
-        "pairing_state",
-        "used_ids",
-        "sync_contents",
-        "sync_where",
-        "sync_tombstones_held",
-        "sync_versions_of",
-        "sync_moves_of",
-        "sync_untombstone",
-    }
-)
+# (A set: offline sync adds its own, flowdrop_local/sync/statements.py.)
+JSON_ARRAY_PARAMS: set[str] = {"pairing_state", "used_ids"}
 _EXPORT_CHUNK = 500  # rows an export fetches at a time
 
 
@@ -555,17 +464,17 @@ class _SqliteTx(Tx):
         self._addresses: dict[int, tuple[str, str, str]] = {}
 
     def one(self, statement: str, params: Any = ()) -> Any:
-        if statement in _JSON_ARRAY_PARAMS:
+        if statement in JSON_ARRAY_PARAMS:
             params = _json_arrays(params)
         return self.conn.execute(SQL[statement], params).fetchone()
 
     def all(self, statement: str, params: Any = ()) -> list[Any]:
-        if statement in _JSON_ARRAY_PARAMS:
+        if statement in JSON_ARRAY_PARAMS:
             params = _json_arrays(params)
         return self.conn.execute(SQL[statement], params).fetchall()
 
     def run(self, statement: str, params: Any = ()) -> int:
-        if statement in _JSON_ARRAY_PARAMS:
+        if statement in JSON_ARRAY_PARAMS:
             params = _json_arrays(params)
         return self.conn.execute(SQL[statement], params).rowcount
 

@@ -1,0 +1,174 @@
+"""Sync's named statements in each backend's dialect, registered with the backends'
+statement tables when offline sync loads (:func:`register`, run by ``syncing``): a
+backend runs them by name like its own and holds none of sync's SQL. The SQL both
+dialects read alike is :data:`.schema.SYNC_COMMON` (``?`` for PostgreSQL's ``%s``).
+"""
+
+from __future__ import annotations
+
+from ..backends import postgresql, sqlite
+from .schema import PG_SEQ_LOCK, PG_STORE_CLOCK, SQLITE_STORE_CLOCK, SYNC_COMMON
+
+# A buffer's sync summary: its row id, updated_at, and its last row's position, tally
+# and id. Every library write changes one of them (sync.side trusts that).
+_SQLITE_SUMMARY = (
+    "SELECT b.scope, b.scope_id, b.key, b.id, b.updated_at, t.position, t.tally, "
+    "id_text(t.id) FROM buffers AS b LEFT JOIN messages AS t ON t.buffer_id = b.id "
+    "AND t.position = (SELECT max(position) FROM messages WHERE buffer_id = b.id)"
+)
+
+SQLITE: dict[str, str] = {
+    # Sync's own tables, made on first use (they name none of ours, so the schema
+    # check lets them be); see sync/schema.py for what each holds.
+    "sync_tables": (
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'flowdrop_sync_replica'"
+    ),
+    "sync_scan": (
+        "SELECT b.scope, b.scope_id, b.key, id_text(m.id), m.position, "
+        "content_md5(m.content, m.metadata, m.content_parts) "
+        "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id ORDER BY b.id, m.position"
+    ),
+    "sync_now": f"SELECT {SQLITE_STORE_CLOCK}",
+    # Each buffer changed at or after a time (every buffer for ''), with its summary:
+    # buffers_recent is the index, the tail its primary key.
+    "sync_candidates": f"{_SQLITE_SUMMARY} WHERE b.updated_at >= ?",
+    "sync_summary_one": f"{_SQLITE_SUMMARY} WHERE b.scope = ? AND b.scope_id = ? AND b.key = ?",
+    "sync_where": (
+        "SELECT id_text(m.id), b.scope, b.scope_id, b.key FROM messages AS m "
+        "JOIN buffers AS b ON b.id = m.buffer_id "
+        "WHERE m.id IN (SELECT id_blob(value) FROM json_each(?))"
+    ),
+    "sync_light": (
+        "SELECT id_text(id), position, role, metadata, "
+        "content_md5(content, metadata, content_parts), created_at "
+        "FROM messages WHERE buffer_id = ? ORDER BY position"
+    ),
+    "sync_tombstones_held": (
+        "SELECT id FROM flowdrop_sync_tombstones WHERE id IN (SELECT value FROM json_each(?))"
+    ),
+    "sync_row_at": "SELECT id_text(id) FROM messages WHERE buffer_id = ? AND position = ?",
+    "sync_versions_of": (
+        "SELECT id, fingerprint, generation FROM flowdrop_sync_versions "
+        "WHERE id IN (SELECT value FROM json_each(?))"
+    ),
+    "sync_moves_of": (
+        "SELECT id, position, generation FROM flowdrop_sync_moves "
+        "WHERE id IN (SELECT value FROM json_each(?))"
+    ),
+    "sync_light_from": (
+        "SELECT id_text(id), position, role, metadata, "
+        "content_md5(content, metadata, content_parts), created_at "
+        "FROM messages WHERE buffer_id = ? AND position >= ? ORDER BY position"
+    ),
+    "sync_contents": (
+        "SELECT id_text(id), content, content_parts FROM messages "
+        "WHERE id IN (SELECT id_blob(value) FROM json_each(?))"
+    ),
+    # Whether this connection is ready for sync: its tables (the newest one), and
+    # the TEMP triggers that record deletions (sync.schema.SQLITE_DELETE_TRIGGERS).
+    "sync_schema_table": (
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'flowdrop_sync_schema'"
+    ),
+    "sync_lock_registers": "SELECT 1",
+    "sync_lock_timeout": "SELECT 1",
+    "sync_quiet": "INSERT INTO flowdrop_sync_quiet (on_) VALUES (1)",
+    "sync_loud": "DELETE FROM flowdrop_sync_quiet",
+    # SQLite takes one writer at a time: change numbers are taken in commit order.
+    "sync_seq_lock": "SELECT 1",
+    "sync_untombstone": (
+        "DELETE FROM flowdrop_sync_tombstones WHERE id IN (SELECT value FROM json_each(?))"
+    ),
+    # INDEXED BY, as for unanswered_calls: the buffer's unanswered calls, not its ledger.
+    "sync_drop_unanswered": (
+        "DELETE FROM tool_calls INDEXED BY tool_calls_unanswered "
+        "WHERE buffer_id = ? AND answered_by IS NULL"
+    ),
+    "sync_answered_refresh": (
+        "UPDATE tool_calls INDEXED BY tool_calls_unanswered SET answered_by = "
+        "(SELECT m.id FROM messages AS m "
+        "WHERE m.buffer_id = tool_calls.buffer_id AND m.tool_call_id = tool_calls.call_id) "
+        "WHERE buffer_id = ? AND answered_by IS NULL"
+    ),
+}
+# SQLite reads these statements' list parameter as a JSON array (json_each).
+SQLITE_JSON_ARRAYS = frozenset(
+    {
+        "sync_contents",
+        "sync_where",
+        "sync_tombstones_held",
+        "sync_versions_of",
+        "sync_moves_of",
+        "sync_untombstone",
+    }
+)
+
+# A buffer's summary on PostgreSQL, as on SQLite.
+_PG_SUMMARY = (
+    "SELECT b.scope, b.scope_id, b.key, b.id, b.updated_at, t.position, t.tally, t.id "
+    "FROM buffers AS b LEFT JOIN LATERAL (SELECT position, tally, id FROM messages "
+    "WHERE buffer_id = b.id ORDER BY position DESC LIMIT 1) AS t ON true"
+)
+
+# A message's fingerprint for sync, byte for byte what content_md5 computes on SQLite.
+_PG_CONTENT_MD5 = "md5(m.content || chr(31) || m.metadata || chr(31) || m.content_parts::text)"
+
+POSTGRESQL: dict[str, str] = {
+    "sync_tables": (
+        "SELECT count(*) FROM pg_catalog.pg_tables "
+        "WHERE schemaname = pg_catalog.current_schema() AND tablename = 'flowdrop_sync_replica'"
+    ),
+    "sync_scan": (
+        "SELECT b.scope, b.scope_id, b.key, m.id, m.position, "
+        f"{_PG_CONTENT_MD5} "
+        "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id ORDER BY b.id, m.position"
+    ),
+    "sync_now": f"SELECT {PG_STORE_CLOCK}",
+    "sync_candidates": f"{_PG_SUMMARY} WHERE b.updated_at >= %s",
+    "sync_summary_one": f"{_PG_SUMMARY} WHERE b.scope = %s AND b.scope_id = %s AND b.key = %s",
+    "sync_where": (
+        "SELECT m.id, b.scope, b.scope_id, b.key FROM messages AS m "
+        "JOIN buffers AS b ON b.id = m.buffer_id WHERE m.id = ANY(%s)"
+    ),
+    "sync_light": (
+        f"SELECT id, position, role, metadata, {_PG_CONTENT_MD5}, created_at "
+        "FROM messages AS m WHERE buffer_id = %s ORDER BY position"
+    ),
+    "sync_tombstones_held": "SELECT id FROM flowdrop_sync_tombstones WHERE id = ANY(%s)",
+    "sync_row_at": "SELECT id FROM messages WHERE buffer_id = %s AND position = %s",
+    "sync_versions_of": (
+        "SELECT id, fingerprint, generation FROM flowdrop_sync_versions WHERE id = ANY(%s)"
+    ),
+    "sync_moves_of": (
+        "SELECT id, position, generation FROM flowdrop_sync_moves WHERE id = ANY(%s)"
+    ),
+    "sync_light_from": (
+        f"SELECT id, position, role, metadata, {_PG_CONTENT_MD5}, created_at "
+        "FROM messages AS m WHERE buffer_id = %s AND position >= %s ORDER BY position"
+    ),
+    "sync_contents": "SELECT id, content, content_parts FROM messages WHERE id = ANY(%s)",
+    "sync_schema_table": (
+        "SELECT count(*) FROM pg_catalog.pg_tables "
+        "WHERE schemaname = pg_catalog.current_schema() AND tablename = 'flowdrop_sync_schema'"
+    ),
+    "sync_lock_registers": (
+        "LOCK TABLE memory, sessions, session_viewers IN SHARE ROW EXCLUSIVE MODE"
+    ),
+    "sync_lock_timeout": "SET LOCAL lock_timeout = '200ms'",
+    "sync_quiet": "SELECT set_config('flowdrop.sync_quiet', 'on', true)",
+    "sync_loud": "SELECT set_config('flowdrop.sync_quiet', '', true)",
+    "sync_seq_lock": PG_SEQ_LOCK,
+    "sync_untombstone": "DELETE FROM flowdrop_sync_tombstones WHERE id = ANY(%s)",
+}
+
+
+def register() -> None:
+    """Add sync's statements to both backends' tables (a dialect's own override the
+    shared one of the same name)."""
+    sqlite.SQL.update(SYNC_COMMON)
+    sqlite.SQL.update(SQLITE)
+    sqlite.JSON_ARRAY_PARAMS.update(SQLITE_JSON_ARRAYS)
+    postgresql.SQL.update({name: sql.replace("?", "%s") for name, sql in SYNC_COMMON.items()})
+    postgresql.SQL.update(POSTGRESQL)
+
+
+register()
