@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 
+import attrs
+
 from ..engine import drive, heal, remove_message
 from ..errors import (
     SyncIdConflict,
@@ -31,6 +33,22 @@ def keep_state(side: Side, address: Address, digest: str, held: str, view: View)
         side.tx.run("sync_state_put", (*address, digest, held, state[1]))
 
 
+@attrs.define
+class _Read:
+    """Both sides' rows of one buffer as a merge reads them.
+
+    ``tail`` (a buffer both sides only appended to since they last held the same):
+    the recorded last position, the count up to it and the recorded digest; then
+    ``before`` holds each side's rows from ``start`` (the last user turn at or
+    before that row) and ``context`` the ids both hold up to it."""
+
+    buffer_ids: dict[str, int]
+    before: dict[str, list[Entry]]
+    tail: tuple[str, int, str] | None
+    start: str = ""
+    context: list[str] = attrs.field(factory=list)
+
+
 def merge_buffer(
     address: Address,
     first: Side,
@@ -49,38 +67,77 @@ def merge_buffer(
     before that row (the calls after it may be answered by either side), keep the
     rest as it is. None when that does not hold after all (nothing is written
     then): the caller merges the buffer whole. ``stale``: a tombstone changed the
-    buffer in this sync, so rows read before are read again.
+    buffer in this sync, so rows read before are read again. None too when a side
+    held a message the other deleted: it is deleted, and the buffer read again.
     """
     views = {side.label: side.views[address] for side in (first, second)}
-    buffer_ids = {}
-    before: dict[str, list[Entry]] = {}
-    tail: tuple[str, int, str] | None = None  # last position, count up to it, digest
-    start = ""
+    read = _read(address, first, second, grown=grown, stale=stale)
+    if read is None:
+        return None
+    before, tail = read.before, read.tail
+    if tail is not None and all(len(rows) == len(read.context) for rows in before.values()):
+        return tail[2], views[first.label].held_text(), False  # nothing new
+    if _deleted_elsewhere(address, first, second, before, report):
+        return None
+    _refuse_one_id_two_roles(address, before)
+    sides = {first.label: first, second.label: second}
+    generations = {
+        side.label: generations_of(
+            side, before[side.label], {} if tail else views[side.label].held()
+        )
+        for side in (first, second)
+    }
+    moves = {label: sides[label].moves(rows) for label, rows in before.items()}
+    merged: Merged = merge(
+        before["a"], before["b"], generations["a"], generations["b"], moves["a"], moves["b"]
+    )
+    if tail is not None:  # the rows both held stay where they are, the new ones after
+        inside = [p.entry.id for p in merged.placed if p.position <= tail[0]]
+        if inside != read.context:
+            return None
+    _record_conflicts(merged, address, sides, report)
+    report.add("replaced", merged.replaced)
+    report.add("edited", merged.edited)
+    final, healed = _write_both(first, second, read, merged, generations, moves, report)
+    _account(address, first, second, before, final, healed, report)
+    return _state_after(first, read, final, views[first.label])
+
+
+def _read(address: Address, first: Side, second: Side, *, grown: bool, stale: bool) -> _Read | None:
+    """Each side's rows of the buffer (see :class:`_Read`); None when a grown
+    buffer's rows up to the recorded last one differ after all."""
+    views = {side.label: side.views[address] for side in (first, second)}
+    read = _Read({}, {}, None)
     if grown:
         state = views[first.label].state
         assert state is not None
         _, _, last, tally = state[1].split("|")[:4]
-        tail = (last, int(tally), state[0])
+        read.tail = (last, int(tally), state[0])
     for side in (first, second):
         buffer_id = side.tx.open("open_buffer", (*address, None)).id
-        buffer_ids[side.label] = buffer_id
+        read.buffer_ids[side.label] = buffer_id
         view = views[side.label]
-        if tail is not None:
-            row = side.tx.one("sync_context_start", (buffer_id, tail[0]))
-            start = "" if row is None or row[0] is None else str(row[0])
-            before[side.label] = side.entries_from(buffer_id, start)
+        if read.tail is not None:
+            row = side.tx.one("sync_context_start", (buffer_id, read.tail[0]))
+            read.start = "" if row is None or row[0] is None else str(row[0])
+            read.before[side.label] = side.entries_from(buffer_id, read.start)
         else:
             fresh = view.read and not stale
-            before[side.label] = view.entries if fresh else side.entries(buffer_id)
-    context: list[str] = []
-    if tail is not None:
-        context = [e.id for e in before[first.label] if e.position <= tail[0]]
-        if context != [e.id for e in before[second.label] if e.position <= tail[0]]:
+            read.before[side.label] = view.entries if fresh else side.entries(buffer_id)
+    if read.tail is not None:
+        last = read.tail[0]
+        read.context = [e.id for e in read.before[first.label] if e.position <= last]
+        if read.context != [e.id for e in read.before[second.label] if e.position <= last]:
             return None
-        if all(len(rows) == len(context) for rows in before.values()):
-            return tail[2], views[first.label].held_text(), False  # nothing new
-    # A message one side holds and the other deleted (its tombstone was compacted on a
-    # third store that took the message back, say) is deleted, never sent.
+    return read
+
+
+def _deleted_elsewhere(
+    address: Address, first: Side, second: Side, before: dict[str, list[Entry]], report: Report
+) -> bool:
+    """A message one side holds and the other deleted (its tombstone was compacted on
+    a third store that took the message back, say) is deleted, never sent. Whether
+    any was (then the buffer is read again, whole)."""
     held_ids = {label: {e.id for e in rows} for label, rows in before.items()}
     dropped = False
     for holder, other in ((first, second), (second, first)):
@@ -90,50 +147,47 @@ def merge_buffer(
                 holder.tombstone([(id_, address)])
                 report.add(f"deleted_on_{holder.label}", 1)
                 dropped = True
-    if dropped:
-        return None  # read again, whole
-    roles = {e.id: e.role for e in before[first.label]}
-    for e in before[second.label]:
+    return dropped
+
+
+def _refuse_one_id_two_roles(address: Address, before: dict[str, list[Entry]]) -> None:
+    roles = {e.id: e.role for e in before["a"]}
+    for e in before["b"]:
         if roles.get(e.id, e.role) != e.role:
             raise SyncIdConflict(
                 f"message id {e.id} in buffer {'/'.join(address)} is a {roles[e.id]} message "
                 f"on one side and a {e.role} message on the other: an id names one message; "
                 "give one of them another id, then sync again"
             )
-    sides_by_label = {first.label: first, second.label: second}
-    generations = {
-        side.label: generations_of(
-            side, before[side.label], {} if tail else views[side.label].held()
-        )
-        for side in (first, second)
-    }
-    moves = {label: sides_by_label[label].moves(rows) for label, rows in before.items()}
-    merged: Merged = merge(
-        before["a"], before["b"], generations["a"], generations["b"], moves["a"], moves["b"]
-    )
-    if tail is not None:  # the rows both held stay where they are, the new ones after
-        inside = [p.entry.id for p in merged.placed if p.position <= tail[0]]
-        if inside != context:
-            return None
+
+
+def _write_both(
+    first: Side,
+    second: Side,
+    read: _Read,
+    merged: Merged,
+    generations: dict[str, dict[str, int]],
+    moves: dict[str, dict[str, int]],
+    report: Report,
+) -> tuple[list[Entry], list[str]]:
+    """The merged rows on the first side, healed there (the engine's healing, as an
+    append would), then copied to the second; each side keeps the generations and
+    moves of the versions kept. Returns the rows both now hold and those healed."""
     sides = {first.label: first, second.label: second}
-    _record_conflicts(merged, address, sides, report)
-    report.add("replaced", merged.replaced)
-    report.add("edited", merged.edited)
-    # Messages before what was read (a grown buffer's older rows) count too.
-    above = 0 if tail is None else tail[1] - len(context)
-    # The first side: the merged rows, then healing (the engine's), as an append would.
+    before = read.before
+    above = 0 if read.tail is None else read.tail[1] - len(read.context)  # older rows
     target = [
         (p.entry, p.position, sides[p.source[0]] if p.source != "ab" else first)
         for p in merged.placed
     ]
-    first_id, second_id = buffer_ids[first.label], buffer_ids[second.label]
-    write_merged(first, first_id, before[first.label], target, whole=tail is None)
+    first_id, second_id = read.buffer_ids[first.label], read.buffer_ids[second.label]
+    write_merged(first, first_id, before[first.label], target, whole=read.tail is None)
     healed: list[str] = []
     count = above + len(target)
     drive(heal(first_id, None, 0, count, healed, before_users_only=True), first.tx)
     report.add("healed", len(healed))
     settle(first, first_id, count + len(healed))
-    final = first.entries_from(first_id, start)
+    final = first.entries_from(first_id, read.start)
     kept_as = {e.id: e.fingerprint for e in final}
     winners = {  # each side's generations of the versions kept
         label: {
@@ -145,16 +199,28 @@ def merge_buffer(
     }
     keep_generations((first, second), final, winners)
     _keep_moves((first, second), before, final, moves)
-    # The second side: a copy of the first.
     write_merged(
         second,
         second_id,
         before[second.label],
         [(e, e.position, first) for e in final],
-        whole=tail is None,
+        whole=read.tail is None,
     )
     settle(second, second_id, above + len(final))
-    # Every message that was on a side and is not now is a tombstone on both.
+    return final, healed
+
+
+def _account(
+    address: Address,
+    first: Side,
+    second: Side,
+    before: dict[str, list[Entry]],
+    final: list[Entry],
+    healed: list[str],
+    report: Report,
+) -> None:
+    """Every message that was on a side and is not now is a tombstone on both; the
+    report counts what each side lost, received and re-keyed."""
     kept = {e.id for e in final}
     for side in (first, second):
         removed = [e.id for e in before[side.label] if e.id not in kept]
@@ -172,15 +238,22 @@ def merge_buffer(
     was = {e.id: e.position for side in before.values() for e in side}
     rekeyed = [e.id for e in final if e.id in was and was[e.id] != e.position]
     report.add("rekeyed", len(rekeyed))
+
+
+def _state_after(first: Side, read: _Read, final: list[Entry], view: View) -> tuple[str, str, bool]:
+    """The buffer's recorded state after the merge: digest and held ids (of the
+    rows after the recorded last one, added to what was recorded, for a grown one)."""
     rows = [(e.id, e.position, e.fingerprint) for e in final]
+    tail = read.tail
     if tail is None:
         return digest_of(rows), held_of(rows), True
-    if [row[0] for row in rows if row[1] <= tail[0]] != context:
+    if [row[0] for row in rows if row[1] <= tail[0]] != read.context:
         # Healing placed a row among the older ones: read the buffer whole.
+        first_id = read.buffer_ids[first.label]
         rows = [(e.id, e.position, e.fingerprint) for e in first.entries(first_id)]
         return digest_of(rows), held_of(rows), True
     grown_rows = [row for row in rows if row[1] > tail[0]]
-    held = " ".join(filter(None, (views[first.label].held_text(), held_of(grown_rows))))
+    held = " ".join(filter(None, (view.held_text(), held_of(grown_rows))))
     return digest_of(grown_rows, tail[2]), held, True
 
 
