@@ -1,11 +1,14 @@
-"""The tables and statements offline sync (:mod:`flowdrop_local.syncing`) owns.
+"""Offline sync's schema: its tables and triggers as numbered steps
+(:func:`schema_steps`), the store's clock every buffer stamp comes from, and the
+SQL both dialects read alike (:data:`SYNC_COMMON`, registered with the backends
+by :mod:`.statements`). A leaf module: the backends import it for the clock, the
+triggers and the schema check, and nothing here imports the rest of the library.
 
-Both backends take these into their ``SQL`` dicts (PostgreSQL with ``%s`` for
-``?``): the statements are plain SQL both dialects read alike. The tables are made
-on a store's first sync, not by schema.sql: a store that never syncs has none.
-They reference none of the library's tables (no foreign key, no trigger), so the
-schema check accepts them beside ours and no write path of the library ever
-touches them.
+The tables are made at a store's first sync (or ``enable``), not by schema.sql: a
+store that never syncs has none. They reference none of the library's tables (no
+foreign key), so the schema check accepts them beside ours; the library's own
+writes reach them only through the triggers below and the engine's notices
+(:mod:`.notices`).
 
 * ``flowdrop_sync_replica``: one row, this store's replica id (a UUID).
 * ``flowdrop_sync_state``: per buffer address, the message ids (with a prefix of
