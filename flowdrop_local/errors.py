@@ -166,11 +166,11 @@ class SyncRefused(FlowdropError, ValueError):
     too large): a peer is untrusted input, so the sync refuses and neither side changes.
     ``store`` names the side, ``message_id`` the row."""
 
-    def __init__(self, store: str, message_id: str, problem: str) -> None:
+    def __init__(self, store: str, message_id: str, problem: str, *, kind: str = "message") -> None:
         self.store = store
-        self.message_id = message_id
+        self.message_id = message_id  # or the key of the session, memory value, buffer
         super().__init__(
-            f"{store} holds message {message_id}, which {problem}; nothing was synced "
+            f"{store} holds {kind} {message_id}, which {problem}; nothing was synced "
             "(neither side changed)"
         )
 
@@ -210,6 +210,16 @@ class ServerUnreachable(FlowdropError, ConnectionError):
     :class:`NotADatabase` or :class:`NotAFlowdropDatabase`: the server was never reached."""
 
 
+class SharedSchemaRefused(NotAFlowdropDatabase):
+    """The store's PostgreSQL schema (the first of the search path) lets roles other
+    than the store's own create objects in it (``public`` on PostgreSQL 14 and older):
+    an operator or function one of them makes there, even after the open, comes before
+    pg_catalog's on the library's path and would run inside its statements, as this
+    role. Nothing was created. The message names the schema, the roles and the fix
+    (``REVOKE CREATE ON SCHEMA ...``, or a schema of the store's own); the opt-in
+    ``shared_schema=True`` opens it anyway, with a warning."""
+
+
 class CorruptRow(NotADatabase):
     """A stored row does not hold what the library writes (text that is not JSON, say):
     the file was changed outside the library. The message names the row; ``check()``
@@ -245,3 +255,11 @@ def stored_json(text: object, what: str, *args: object) -> Any:
             f"the database is damaged: {what.format(*args)} does not hold valid JSON "
             f"({type(error).__name__}); run 'flowdrop-local check'"
         ) from None
+
+
+class UnsafeFile(FlowdropError, PermissionError):
+    """A file at the database path (or its ``-wal``, ``-shm`` or ``-journal``) may have
+    been put there by another user, and the library will not write into it: an
+    existing empty file that is not yours, mode-private (no group or other bits) and
+    singly linked gets no schema; an existing database another user owns and group
+    or others may write is not opened for writing. Nothing is opened or changed."""

@@ -1128,3 +1128,177 @@ def test_a_conversation_deleted_behind_the_library_is_deleted_on_the_peer(
     assert [r.key for r in a.buffers()] == [r.key for r in b.buffers()] == ["kept"]
     assert sync(a, b).moved == 0
     assert [r.key for r in a.buffers()] == ["kept"]
+
+
+# ------------------------------- hostile peers, from the second fresh-eyes review
+
+
+def _forge(path: str, *statements: tuple[str, tuple[object, ...]]) -> None:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    with conn:
+        for sql, params in statements:
+            conn.execute(sql, params)
+    conn.close()
+
+
+def _last_id_bytes(store: Store, key: str = "k") -> bytes:
+    import uuid
+
+    return uuid.UUID(store.buffer("global", "", key).messages()[-1].id).bytes
+
+
+@pytest.mark.parametrize(
+    ("forgery", "problem"),
+    [
+        pytest.param(
+            ("UPDATE messages SET metadata = '{\"tool_calls\": [1, 2]}' WHERE id = ?",),
+            "not a message an import takes",
+            id="tool calls that are not objects",
+        ),
+        pytest.param(
+            ("UPDATE messages SET content = '[1, null, \"x\"]', content_parts = 1 WHERE id = ?",),
+            "not a message an import takes",
+            id="content parts that are not objects",
+        ),
+        pytest.param(
+            ("UPDATE buffers SET key = ' ' WHERE key = 'k'",),
+            "address an import refuses",
+            id="a blank conversation key",
+        ),
+        pytest.param(
+            (
+                "INSERT INTO memory (scope, scope_id, key, value) "
+                "VALUES ('bogus scope', '', 'k', '1')",
+            ),
+            "address an import refuses",
+            id="memory in a scope memory has not",
+        ),
+        pytest.param(
+            ("INSERT OR REPLACE INTO flowdrop_sync_versions VALUES (?, 'f', 9223372036854775806)",),
+            "edit generation",
+            id="an edit generation at the edge of 64 bits",
+        ),
+    ],
+)
+def test_a_peers_row_an_import_refuses_is_refused(
+    tmp_path: Path, forgery: tuple[str], problem: str
+) -> None:
+    """Every row from a peer passes the checks an import makes: a message's tool
+    calls and content parts, a conversation's address, a memory value's scope, and
+    the counts sync keeps (an edit generation near 2**63 made every later sync of the
+    honest store overflow). Refused with SyncRefused, neither side changed."""
+    import uuid
+
+    from flowdrop_local import SyncRefused
+
+    a, b = pair(tmp_path)
+    b.buffer("global", "", "k").append({"role": "assistant", "content": "from b"})
+    sync(a, b)
+    last = _last_id_bytes(b)
+    b.buffer("global", "", "k").append({"role": "assistant", "content": "more from b"})
+    newest = _last_id_bytes(b)
+    b.close()
+    sql = forgery[0]
+    params: tuple[object, ...] = ()
+    if "flowdrop_sync_versions" in sql:
+        params = (str(uuid.UUID(bytes=last)),)
+        _forge(b.path, ("UPDATE messages SET content = 'forged' WHERE id = ?", (last,)))
+    elif "?" in sql:
+        params = (newest,)
+    _forge(b.path, (sql, params))
+    b = Store(b.path)
+    before = (_everything(a), _everything(b))
+    with pytest.raises(SyncRefused, match=problem):
+        sync(a, b, "all", full=True)
+    assert (_everything(a), _everything(b)) == before
+
+
+def test_a_peer_cannot_hand_a_session_to_another_owner(tmp_path: Path) -> None:
+    """No API changes a session's owner: a peer file that names another owner is
+    refused (before, the session moved to mallory on the honest store)."""
+    from flowdrop_local import Principal, SyncRefused
+
+    a, b = pair(tmp_path)
+    sid = a.sessions(Principal("u1")).create("wf").id
+    a.sessions(Principal("u1")).drive(sid, [user("my secrets")])
+    sync(a, b, "all")
+    b.close()
+    _forge(b.path, ("UPDATE sessions SET owner_id = 'mallory' WHERE id = ?", (sid,)))
+    b = Store(b.path)
+    with pytest.raises(SyncRefused, match="owner never changes"):
+        sync(a, b, "all")
+    assert [m.content for m in a.sessions(Principal("u1")).messages(sid)] == ["my secrets"]
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "problem"),
+    [
+        ("conversation", 2**62, "conversation number"),
+        ("name", "x" * 10, None),
+    ],
+)
+def test_a_peers_session_row_the_api_could_not_write_is_refused(
+    tmp_path: Path, column: str, value: object, problem: str | None
+) -> None:
+    from flowdrop_local import Principal, SyncRefused
+
+    a, b = pair(tmp_path)
+    sid = a.sessions(Principal("u1")).create("wf").id
+    sync(a, b, "all")
+    b.close()
+    _forge(b.path, (f"UPDATE sessions SET {column} = ? WHERE id = ?", (value, sid)))
+    b = Store(b.path)
+    if problem is None:  # a change the API could make: it travels
+        sync(a, b, "all")
+        assert a.sessions(Principal("u1")).get(sid).name == value
+        return
+    with pytest.raises(SyncRefused, match=problem):
+        sync(a, b, "all")
+
+
+def test_a_store_stamped_in_the_year_9999_still_syncs(tmp_path: Path) -> None:
+    """A store whose buffers are stamped 9999-12-31T23:59:59.999Z (a clock gone
+    wild, or a damaged file): the next stamp would be past what SQLite's strftime
+    writes, and every later sync failed, reported as SyncIdConflict. The store's
+    clock now stays at that last instant."""
+    a, b = pair(tmp_path)
+    a.buffer("global", "", "g").append(user("q"))
+    sync(a, b, "all")
+    b.close()
+    _forge(b.path, ("UPDATE buffers SET updated_at = '9999-12-31T23:59:59.999Z'", ()))
+    b = Store(b.path)
+    sync(a, b, "all")
+    a.buffer("global", "", "g").append(user("after"))
+    assert sync(a, b, "all").sent_a_to_b == 1
+    b.buffer("global", "", "g").append({"role": "assistant", "content": "on b"})
+    assert sync(a, b, "all").sent_b_to_a == 1
+    assert contents(a) == contents(b)
+
+
+def test_a_conflict_is_kept_on_every_replica_it_reaches(tmp_path: Path) -> None:
+    """MEM-1 across three replicas: X answers c1, Y copies X's answer, Z answers c1
+    otherwise; sync(Y, Z) keeps one answer and records the other. When X then loses
+    its own answer to the pair's merge, the record is on X too (before: only on the
+    pair whose merge dropped it)."""
+    from flowdrop_local.syncing import conflicts
+
+    k = ("global", "", "k")
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "f"}]}
+    x = Store(str(tmp_path / "x.db"))
+    x.buffer(*k).append([user("q"), call])
+    enable(x)
+    x.backup(str(tmp_path / "y.db"))
+    x.backup(str(tmp_path / "z.db"))
+    y, z = Store(str(tmp_path / "y.db")), Store(str(tmp_path / "z.db"))
+    z.buffer(*k).append({"role": "tool", "tool_call_id": "c1", "content": "Z's answer"})
+    x.buffer(*k).append({"role": "tool", "tool_call_id": "c1", "content": "X's answer"})
+    sync(x, y, "all")
+    sync(y, z, "all")
+    sync(x, y, "all")
+    held = {m.content for m in x.buffer(*k).messages()}
+    kept = "X's answer" if "X's answer" in held else "Z's answer"
+    dropped = "Z's answer" if kept == "X's answer" else "X's answer"
+    for store in (x, y, z):
+        assert dropped in [c["message"].get("content") for c in conflicts(store)]

@@ -100,7 +100,8 @@ _TEXT = (
 STORE_CLOCK = SQLITE_STORE_CLOCK  # every buffer stamp (sync/schema.py says why)
 _EDITED = (
     f"updated_at = max({STORE_CLOCK}, "
-    "strftime('%Y-%m-%dT%H:%M:%fZ', updated_at, '+0.001 seconds'))"
+    # (coalesce: past 9999-12-31 strftime gives NULL, and max() of a NULL is NULL)
+    "coalesce(strftime('%Y-%m-%dT%H:%M:%fZ', updated_at, '+0.001 seconds'), updated_at))"
 )
 
 SQL: dict[str, str] = {
@@ -254,8 +255,8 @@ SQL: dict[str, str] = {
         "ON CONFLICT (scope, scope_id, key) DO UPDATE SET value = excluded.value, "
         # strictly later than the value it replaces, whatever the wall clock did:
         # offline sync finds changed memory by its stamps (sync.registers.kv_shape)
-        "updated_at = max(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), "
-        "strftime('%Y-%m-%dT%H:%M:%fZ', updated_at, '+0.001 seconds'))"
+        "updated_at = max(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), coalesce("
+        "strftime('%Y-%m-%dT%H:%M:%fZ', updated_at, '+0.001 seconds'), updated_at))"
     ),
     "memory_delete": "DELETE FROM memory WHERE scope = ? AND scope_id = ? AND key = ?",
     # --------------------------------------------------------------- sessions

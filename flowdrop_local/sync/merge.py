@@ -12,11 +12,12 @@ import attrs
 from ..engine import drive, heal, remove_message
 from ..errors import (
     SyncIdConflict,
+    SyncRefused,
 )
 from ..rules.merge import Entry, Merged, merge
-from .common import Address, wall_clock
+from .common import Address, Scopes, wall_clock
 from .report import Report
-from .side import Side, View, digest_of, held_of, summary_of
+from .side import MAX_MESSAGE_CHARS, Side, View, address_problem, digest_of, held_of, summary_of
 from .write import settle, write_merged
 
 
@@ -403,3 +404,29 @@ def merge_buffers(
         report.add("buffers_merged", int(state[2]))
         for side in sides:
             keep_state(side, address, state[0], state[1], views[side.label])
+
+
+def share_conflicts(a: Side, b: Side, scopes: Scopes) -> None:
+    """What a merge dropped that was not a duplicate is kept on every replica, not
+    only on the pair whose merge dropped it: a replica that later loses its own
+    version by taking the pair's merge finds the record too. A peer's record is
+    untrusted input: checked as a message row would be, and only in the scopes the
+    sync covers."""
+    records = {side.label: side.tx.all("sync_conflicts_all") for side in (a, b)}
+    for source, target in ((a, b), (b, a)):
+        have = {(str(r[0]), str(r[1])) for r in records[target.label]}
+        for row in records[source.label]:
+            address = (str(row[3]), str(row[4]), str(row[5]))
+            if (str(row[0]), str(row[1])) in have or address not in scopes:
+                continue
+            problem = address_problem(*address)
+            if problem is None and len(str(row[8])) > MAX_MESSAGE_CHARS:
+                problem = f"is longer than {MAX_MESSAGE_CHARS:,} characters"
+            if problem is None:
+                try:
+                    json.loads(str(row[8]))
+                except ValueError:
+                    problem = "is not JSON"
+            if problem is not None:
+                raise SyncRefused(source.store.path, str(row[0]), problem, kind="conflict record")
+            target.tx.run("sync_conflict_put", tuple(row))

@@ -13,11 +13,13 @@ from typing import Any
 import attrs
 
 from ..backends.base import Tx
+from ..errors import InvalidSession, SyncRefused
 from ..rules.merge import Version, canonical, latest, merge_session, stamp
+from ..sessions import _metadata, _session_id, _text, _user
 from .common import Key, Scopes, wall_clock
 from .report import Report
 from .scan import stamp_before
-from .side import Side
+from .side import MAX_MESSAGE_CHARS, Side, address_problem
 
 
 @attrs.frozen
@@ -58,6 +60,47 @@ def _read_memory(tx: Tx, scopes: Scopes) -> dict[Key, tuple[Version, tuple[Any, 
             text = f"{canonical(str(row[3]))}\x1f{stamp(str(row[4]))}"
             found[key] = (Version(stamp(str(row[5])), False, text), tuple(row))
     return found
+
+
+def memory_problem(row: tuple[Any, ...]) -> str | None:
+    """Why a memory row (scope, scope_id, key, value, ...) may not be written here."""
+    problem = address_problem(str(row[0]), str(row[1]), str(row[2]), memory=True)
+    if problem is not None:
+        return problem
+    if len(str(row[3])) > MAX_MESSAGE_CHARS:
+        return f"is longer than {MAX_MESSAGE_CHARS:,} characters"
+    try:
+        json.loads(str(row[3]))
+    except ValueError:
+        return "is not JSON"
+    return None
+
+
+# The highest conversation number a session row from a peer may carry (a session
+# starts a new conversation on each reset: far beyond any real one).
+MAX_SESSION_CONVERSATION = 2**31
+
+
+def session_problem(row: tuple[Any, ...]) -> str | None:
+    """Why a session row (id, workflow_id, name, owner_id, status, conversation,
+    metadata, created_at, updated_at) may not be written here: the checks
+    ``sessions.create`` makes of what it is given, and a status and conversation
+    number the sessions API could have written."""
+    try:
+        if _session_id(row[0]) != row[0]:
+            return "has an id the sessions API would not give"
+        _text("workflow id", row[1], blank=False)
+        _text("name", row[2], blank=True)
+        if row[3] is not None:
+            _user("owner", row[3])
+        _metadata(json.loads(str(row[6])))
+    except (InvalidSession, ValueError) as error:
+        return f"is not a session the library writes ({error})"
+    if row[4] not in ("active", "stopped"):
+        return f"has the status {str(row[4])[:40]!r}"
+    if not isinstance(row[5], int) or not 0 <= row[5] <= MAX_SESSION_CONVERSATION:
+        return f"has the conversation number {str(row[5])[:40]}"
+    return None
 
 
 def _put_memory(tx: Tx, row: tuple[Any, ...]) -> None:
@@ -116,6 +159,10 @@ def sync_registers(a: Side, b: Side, kind: Kind, scopes: Scopes, report: Report)
     for side in (a, b):
         found = {}
         for key, (version, row) in kind.read(side.tx, scopes).items():
+            if kind.name == "memory":  # untrusted input, checked as memory_set checks it
+                problem = memory_problem(row)
+                if problem is not None:
+                    raise SyncRefused(side.store.path, "/".join(key), problem, kind="memory value")
             row, clamped = clamp_row(row, kind.stamp_at, ceiling)
             if clamped:
                 version = version._replace(stamp=ceiling)
@@ -215,8 +262,23 @@ def sync_sessions(a: Side, b: Side, scopes: Scopes, report: Report) -> None:
         }
 
     paired, anyone = bases_of("session:{other}"), bases_of("session")
+    for side in (a, b):  # a peer's session rows are untrusted input
+        for session_id, held_row in held[side.label].items():
+            problem = session_problem(held_row)
+            if problem is not None:
+                raise SyncRefused(side.store.path, session_id, problem, kind="session")
     for session_id in sorted(set(held["a"]) | set(held["b"])):
         x, y = stamped["a"].get(session_id), stamped["b"].get(session_id)
+        if x is not None and y is not None and x[3] != y[3]:
+            # No API changes a session's owner: two owners is a forged (or a
+            # hand-edited) row, and taking either would hand the session over.
+            raise SyncRefused(
+                b.store.path,
+                session_id,
+                f"names the owner {y[3]!r} where {a.store.path} names {x[3]!r} "
+                "(a session's owner never changes)",
+                kind="session",
+            )
         base = paired["a"].get(session_id)
         if base is None or base != paired["b"].get(session_id):
             base = anyone["a"].get(session_id)

@@ -51,6 +51,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from ..errors import (
+    CorruptRow,
     InvalidArgument,
     ReplicaConflict,
     ReplicaRetired,
@@ -60,7 +61,7 @@ from ..store import Store
 from . import tombstones
 from .common import Address, Scopes, left_out
 from .conversations import conversation_versions, sync_conversations
-from .merge import merge_buffers
+from .merge import merge_buffers, share_conflicts
 from .registers import MEMORY, VIEWERS, kv_shape, sync_all_registers
 from .replicas import ensure_tables, replica_id
 from .report import Report, SyncReport
@@ -191,12 +192,23 @@ def _sync_once(
     except _DryRun:
         pass
     except Exception as error:
-        if type(error).__name__ != "IntegrityError":  # sqlite3's or psycopg's
+        integrity = type(error).__name__ in (
+            "IntegrityError",
+            "UniqueViolation",
+            "NotNullViolation",
+        )
+        if not integrity:  # sqlite3's or psycopg's
             raise
         # Both transactions rolled back: neither side changed.
-        raise SyncIdConflict(
-            f"cannot merge {a.path} and {b.path}: a message id names different messages "
-            f"on the two sides ({error}); neither side changed"
+        text = str(error)
+        if "UNIQUE" in text or "duplicate key" in text:
+            raise SyncIdConflict(
+                f"cannot merge {a.path} and {b.path}: a message id names different messages "
+                f"on the two sides ({error}); neither side changed"
+            ) from None
+        raise CorruptRow(
+            f"cannot merge {a.path} and {b.path}: a row could not be written ({error}); "
+            "neither side changed. Run 'flowdrop-local check' on both"
         ) from None
 
 
@@ -245,6 +257,7 @@ def _run(a: Side, b: Side, order: list[Side], scopes: Scopes, report: Report, fu
     addresses |= touched
     report.add("buffers_compared", len(addresses))
     merge_buffers(sides, order, addresses - gone_whole, touched, full, report)
+    share_conflicts(a, b, scopes)
     # 4. Sessions (before their grants), viewer grants, memory: last writer wins.
     sync_id = str(uuid.uuid4())
     sync_all_registers(a, b, scopes, report, sync_id, unchanged_known=marks is not None)

@@ -8,9 +8,10 @@ import datetime
 import json
 
 from ..backends.base import Tx
+from ..errors import SyncRefused
 from ..store import Store
 from .common import Address, Scopes
-from .side import Side, digest_of
+from .side import Side, address_problem, digest_of
 
 
 class _Buffer:
@@ -76,6 +77,10 @@ def changed_since(side: Side, since: str, scopes: Scopes) -> set[Address]:
     """Addresses that may have changed on ``side`` since ``since`` ('': every buffer):
     buffers written since (the ``buffers_recent`` index) and buffers deleted whole."""
     found = {(str(r[0]), str(r[1]), str(r[2])) for r in side.tx.all("sync_candidates", (since,))}
+    for address in found:  # a peer's address is untrusted input, as an import's is
+        problem = address_problem(*address)
+        if problem is not None:
+            raise SyncRefused(side.store.path, "/".join(address), problem, kind="buffer")
     found |= {(str(r[0]), str(r[1]), str(r[2])) for r in side.tx.all("sync_state_gone")}
     return {address for address in found if address in scopes}
 

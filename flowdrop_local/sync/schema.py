@@ -426,6 +426,11 @@ SYNC_COMMON: dict[str, str] = {
         "SELECT dropped_id, rule, scope, scope_id, key, call_id, kept_id, message, recorded_at "
         "FROM flowdrop_sync_conflicts ORDER BY recorded_at, dropped_id"
     ),
+    # Every record, as sync_conflict_put takes it (conflicts travel to every replica).
+    "sync_conflicts_all": (
+        "SELECT dropped_id, version, rule, scope, scope_id, key, call_id, kept_id, message, "
+        "recorded_at FROM flowdrop_sync_conflicts"
+    ),
 }
 
 

@@ -9,12 +9,14 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
+from ..access import SCOPES, resolve_address
 from ..backends.base import Tx
-from ..errors import (
-    SyncRefused,
-)
+from ..buffer import check_address_part
+from ..errors import InvalidAddress, InvalidMessage, SyncRefused
+from ..memory import _key as memory_key
 from ..portability import MAX_LINE_CHARS
 from ..positions import is_valid_key
+from ..rules.incoming import normalize
 from ..rules.merge import Entry
 from ..rules.pairing import PLACEHOLDER_CONTENT, placeholder_metadata
 from ..store import Store
@@ -194,16 +196,25 @@ class Side:
     def versions(self, ids: Iterable[str]) -> dict[str, tuple[str, int]]:
         """The recorded (fingerprint, generation) of these messages' versions."""
         return {
-            str(row[0]): (str(row[1]), int(row[2]))
+            str(row[0]): (str(row[1]), self._counted(row, "edit generation"))
             for row in self.rows_for("sync_versions_of", ids)
         }
+
+    def _counted(self, row: Sequence[Any], what: str) -> int:
+        """A recorded count (an edit's generation, a move's), refused past
+        :data:`MAX_SYNC_COUNT`: a peer's file could otherwise make the next edit or
+        move overflow, and every later sync fail."""
+        count = int(row[2])
+        if not 0 <= count <= MAX_SYNC_COUNT:
+            raise SyncRefused(self.store.path, str(row[0]), f"has an {what} of {count}")
+        return count
 
     def moves(self, entries: Sequence[Entry]) -> dict[str, int]:
         """How many times syncs moved each of these messages to where it stands here
         (only those above 0; a row for another position is an older move's)."""
         stands = {e.id: e.position for e in entries}
         return {
-            str(row[0]): int(row[2])
+            str(row[0]): self._counted(row, "count of moves")
             for row in self.rows_for("sync_moves_of", stands)
             if stands.get(str(row[0])) == str(row[1]) and int(row[2])
         }
@@ -260,6 +271,9 @@ long; the library's own keys stay under 10 characters in any ordinary history)."
 
 
 MAX_MESSAGE_CHARS: Final = MAX_LINE_CHARS
+# The most edits (or moves) of one message a sync takes as recorded: far beyond any
+# real history, far below where a count overflows.
+MAX_SYNC_COUNT: Final = 2**31
 """The largest content a sync takes: an import's longest line."""
 
 
@@ -284,6 +298,41 @@ def row_problem(entry: Entry) -> str | None:
                 or metadata != placeholder_metadata(call_id)
             ):
                 return "is marked healed but is no placeholder"
+    return None
+
+
+def message_problem(entry: Entry, content: str, parts: int) -> str | None:
+    """Why a peer's message may not be written here (None: it may): the checks an
+    append and an import make of a message (roles, content and its parts, metadata,
+    tool calls and the id a result answers), run on the row as stored."""
+    try:
+        record = {
+            "role": entry.role,
+            "content": json.loads(content) if parts else content,
+            "metadata": json.loads(entry.metadata),
+        }
+        normalize(record, 0)
+    except (InvalidMessage, ValueError) as error:
+        return f"is not a message an import takes ({error})"
+    return None
+
+
+def address_problem(scope: str, scope_id: str, key: str, *, memory: bool = False) -> str | None:
+    """Why a peer's buffer (or memory value) address may not be written here: the
+    checks ``Store.buffer`` (or ``memory_set``) and an import make of it."""
+    try:
+        if memory and scope not in SCOPES:  # memory lives in the library's scopes only
+            raise InvalidAddress(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
+        resolved = resolve_address(scope, scope_id)
+        if memory:
+            memory_key(key)
+        else:
+            check_address_part("scope_id", scope_id, allow_empty=True)
+            check_address_part("key", key, allow_empty=False)
+    except InvalidAddress as error:
+        return f"is at an address an import refuses ({error})"
+    if resolved.refused or (resolved.scope, resolved.scope_id) != (scope, scope_id):
+        return "is at an address the library would not write (not a usable identity)"
     return None
 
 

@@ -10,7 +10,7 @@ from ..errors import (
 )
 from ..rules.merge import Entry
 from ..rules.pairing import declared_call_ids
-from .side import MAX_SYNC_POSITION, Side, placeholder_problem
+from .side import MAX_SYNC_POSITION, Side, message_problem, placeholder_problem
 
 
 def write_merged(
@@ -59,7 +59,8 @@ def write_merged(
         if e.content_of:
             contents[e.id] = contents[e.content_of]
     for e, source in [(e, source) for e, _, source in inserts] + updates:
-        problem = placeholder_problem(e, contents[e.id][0])
+        content, parts = contents[e.id]
+        problem = placeholder_problem(e, content) or message_problem(e, content, parts)
         if problem is not None:
             raise SyncRefused(source.store.path, e.id, problem)
     for e, position, _ in inserts:  # a key the merge made between a peer's keys
