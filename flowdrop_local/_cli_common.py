@@ -18,6 +18,7 @@ input, never a traceback. It is kept as a class, not case by case:
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -34,6 +35,16 @@ from .providers._common import RESPONSES_ITEM
 LIMIT: Final = click.IntRange(min=0, max=2**63 - 1)
 # --lock-timeout: what Store(lock_timeout=) takes (store.MAX_SECONDS at most).
 LOCK_SECONDS: Final = click.FloatRange(min=0, min_open=True, max=1_000_000)
+SHARED_SCHEMA_VARIABLE: Final = "FLOWDROP_PG_SHARED_SCHEMA"
+
+
+def shared_schema() -> bool:
+    """``Store(shared_schema=)`` for the CLI's stores: true when FLOWDROP_PG_SHARED_SCHEMA
+    is ``1`` (or ``true``, ``yes``), accepting a PostgreSQL schema other roles may
+    create objects in (with a warning) instead of refusing it."""
+    return os.environ.get(SHARED_SCHEMA_VARIABLE, "").strip().lower() in {"1", "true", "yes"}
+
+
 TOO_LONG_INTEGER: Final = (
     f"an integer of more than {sys.get_int_max_str_digits():,} digits, which Python cannot read"
 )

@@ -73,6 +73,7 @@ class AsyncStore:
         lock_timeout: float | None = None,
         read_only: bool = False,
         create: bool = True,
+        shared_schema: bool = False,
     ) -> None:
         self._target = target
         self._options: dict[str, Any] = {
@@ -81,6 +82,7 @@ class AsyncStore:
             "lock_timeout": check_lock_timeout(lock_timeout),
             "read_only": read_only,
             "create": create,
+            "shared_schema": bool(shared_schema),
         }
         self._pg: Any = None  # AsyncPostgresBackend, once open on PostgreSQL
         self._sync: Store | None = None  # the worker's store, once open on SQLite
@@ -110,6 +112,7 @@ class AsyncStore:
                 lock_warning_after=self._options["lock_warning_after"],
                 lock_timeout=self._options["lock_timeout"],
                 create=self._options["create"],
+                shared_schema=self._options["shared_schema"],
             )
             self.path = self._pg.where
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from ._cli_common import (
     echo_history,
     parse_json,
     require_conversation,
+    shared_schema,
 )
 from ._files import remove_database
 from ._terminal import visible
@@ -56,6 +58,7 @@ def _open(ctx: click.Context) -> Iterator[Store]:
             ctx.obj["db"],
             create=ctx.info_name in _CREATING,
             lock_timeout=ctx.obj["lock_timeout"],
+            shared_schema=shared_schema(),
         ) as store:
             yield store
     except BaseException:
@@ -282,6 +285,8 @@ _SQLITE_HEADER: Final = b"SQLite format 3\x00"
 def _is_sqlite_file(path: str) -> bool:
     """The file starts with SQLite's header (so it is a damaged database, not another file)."""
     try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO's open would wait for a writer
+            return False
         with open(path, "rb") as file:
             return file.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
     except (OSError, ValueError):
@@ -348,10 +353,10 @@ def copy(source: str, target: str, replace: bool, quiet: bool) -> None:
     """
     if os.path.abspath(source) == os.path.abspath(target) or source == target:
         raise BadInput("SOURCE and TARGET are the same database")
-    with Store(source, create=False) as src:
+    with Store(source, create=False, shared_schema=shared_schema()) as src:
         created = False
         try:
-            with Store(target, lock_timeout=_lock_timeout()) as dst:
+            with Store(target, lock_timeout=_lock_timeout(), shared_schema=shared_schema()) as dst:
                 created = dst.created
                 with _progress(src.export(full=True), "copying", quiet) as records:
                     try:
@@ -411,8 +416,8 @@ def sync_(
         raise BadInput("--new-replica names A or B")
     timeout = _lock_timeout()
     with (
-        Store(a, create=False, lock_timeout=timeout) as left,
-        Store(b, create=False, lock_timeout=timeout) as right,
+        Store(a, create=False, lock_timeout=timeout, shared_schema=shared_schema()) as left,
+        Store(b, create=False, lock_timeout=timeout, shared_schema=shared_schema()) as right,
     ):
         if new_replica is not None:
             syncing.new_replica(left if new_replica == a else right)

@@ -13,7 +13,15 @@ from typing import Any, TypeVar
 
 import click
 
-from ._cli_common import LIMIT, BadInput, FlowdropGroup, dump, echo_history, parse_json
+from ._cli_common import (
+    LIMIT,
+    BadInput,
+    FlowdropGroup,
+    dump,
+    echo_history,
+    parse_json,
+    shared_schema,
+)
 from ._files import remove_database
 from ._terminal import visible
 from .access import Principal
@@ -49,6 +57,7 @@ def _api(ctx: click.Context, as_user: str | None, admin: bool) -> Iterator[Sessi
             ctx.obj["db"],
             create=ctx.info_name == "create",
             lock_timeout=ctx.obj.get("lock_timeout"),
+            shared_schema=shared_schema(),
         ) as store:
             yield store.sessions(Principal(as_user, admin=admin))
     except BaseException:

@@ -126,10 +126,17 @@ class Store:
         read_only: SQLite only: open the file for reading.
         create: when false, a missing file (or an empty one) is refused instead of
             created: for callers that only read. The file is created mode 0600.
+        shared_schema: PostgreSQL only (ignored for SQLite). By default a store whose
+            schema lets other roles create objects in it is refused
+            (:class:`~flowdrop_local.errors.SharedSchemaRefused`): what they create
+            there would run inside the library's statements. True opens it anyway,
+            with a warning, for a deployment that trusts every such role.
 
     Raises:
         NotADatabase, NotAFlowdropDatabase, SchemaTooNew: the database is not one
             this library can open; it is left untouched.
+        SharedSchemaRefused: (a NotAFlowdropDatabase) other roles may create objects
+            in the store's PostgreSQL schema, and ``shared_schema`` is false.
         ServerUnreachable: no connection to the PostgreSQL server could be made.
         InvalidArgument: a setting is out of range.
     """
@@ -143,6 +150,7 @@ class Store:
         lock_timeout: float | None = None,
         read_only: bool = False,
         create: bool = True,
+        shared_schema: bool = False,
     ) -> None:
         lock_warning_after = check_seconds("lock_warning_after", lock_warning_after)
         lock_timeout = check_lock_timeout(lock_timeout)
@@ -153,6 +161,7 @@ class Store:
             lock_timeout=lock_timeout,
             read_only=read_only,
             create=create,
+            shared_schema=bool(shared_schema),
         )
         self.path = self._backend.where
         # Whether this store created its SQLite file (a caller whose work then fails

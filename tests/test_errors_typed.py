@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import sqlite3
 import subprocess
 import sys
@@ -57,6 +58,80 @@ def test_redact_masks_every_secret_parameter_and_a_password_holding_at(
     shown = redact(url)
     assert all(secret not in shown for secret in secrets), shown
     assert "db/chat" in shown  # the rest is still there to read
+
+
+# A password may hold any character a user can type: the userinfo ends at the last
+# "@" before the host, and the password is whatever follows its first ":".
+_PASSWORDS = [
+    "Zm9v/YmFy+cXV4",  # base64: "/" and "+"
+    "a/b/c",
+    "p@ss/w@rd",
+    "pa?ss",
+    "pa#ss",
+    "pa:ss",
+    "pa%2Fss",
+    "pa&ss=x",
+    "/leading",
+    "trailing/",
+    "@/?#:",
+]
+
+
+@pytest.mark.parametrize("password", _PASSWORDS)
+@pytest.mark.parametrize(
+    "template",
+    [
+        "postgresql://app:{p}@127.0.0.1:5432/chat",
+        "postgres://app:{p}@db/chat?sslmode=require",
+        "postgresql://app:{p}@db/chat?application_name=a@b",
+        "postgresql://ana@corp:{p}@db/chat",  # a raw "@" in the user name too
+        "cannot connect to postgresql://app:{p}@db:5432/chat: the server is unreachable",
+    ],
+    ids=["url", "postgres-query", "at-in-query", "at-in-user", "in-a-message"],
+)
+def test_redact_masks_a_password_whatever_it_holds(template: str, password: str) -> None:
+    url = template.format(p=password)
+    shown = redact(url)
+    assert password not in shown, shown
+    for piece in re.split(r"[@/?#:&=]", password):
+        if len(piece) > 3:
+            assert piece not in shown, shown
+    if "a@b" not in template:
+        assert "db" in shown or "127.0.0.1" in shown, shown  # the host is still there
+
+
+def test_a_password_holding_a_slash_is_in_no_connection_error() -> None:
+    """libpq stops a URL's userinfo at the first "/": it reads ``app:Zm9v`` as host and
+    port and quotes the pieces back; none of them is shown (sync, async, CLI)."""
+    url = "postgresql://app:Zm9v/YmFy+cXV4@127.0.0.1:1/chat?connect_timeout=2"
+    with pytest.raises(ServerUnreachable) as failed:
+        Store(url)
+    for text in (str(failed.value), repr(failed.value)):
+        assert "Zm9v" not in text and "YmFy" not in text, text
+
+    async def main() -> str:
+        with pytest.raises(ServerUnreachable) as raised:
+            await AsyncStore(url)
+        return str(raised.value)
+
+    text = asyncio.run(main())
+    assert "Zm9v" not in text and "YmFy" not in text, text
+    cli = subprocess.run(
+        [sys.executable, "-m", "flowdrop_local.cli", "--db", url, "buffers"],
+        capture_output=True,
+        text=True,
+    )
+    assert cli.returncode == 2 and "Zm9v" not in cli.stderr and "YmFy" not in cli.stderr, cli
+
+
+def test_redact_leaves_a_url_without_a_password_alone() -> None:
+    for url in (
+        "postgresql://app@db/chat",
+        "postgresql://db:5432/chat",
+        "postgresql:///chat?host=/run/postgresql",
+        "postgresql://app@db:5432/chat?application_name=x",
+    ):
+        assert redact(url) == url
 
 
 def test_a_refused_connection_is_server_unreachable_without_any_secret() -> None:

@@ -9,11 +9,10 @@ copies every message into a table of hers and, for the sessions API, names her a
 viewer. Each test fails on a library that trusts its search path.
 
 Then what the open verifies: our objects' owners, and no trigger, rule, row
-policy or function on our tables that is not ours (refused, naming it); a schema
-on the path where other roles can create objects (a warning; ``check()`` says so).
-
-Out of scope, and said so in the README: a role that can create objects in the
-store's own schema (it is warned about, and what it made there is refused).
+policy or function on our tables that is not ours (refused, naming it); a store's
+schema where other roles can create objects (refused with SharedSchemaRefused: an
+operator made there after the open would come before pg_catalog's on our path;
+``shared_schema=True`` opens it with a warning, and ``check()`` says so).
 """
 
 from __future__ import annotations
@@ -28,7 +27,14 @@ from typing import Any
 
 import pytest
 
-from flowdrop_local import AsyncStore, NotAFlowdropDatabase, Principal, Store, syncing
+from flowdrop_local import (
+    AsyncStore,
+    NotAFlowdropDatabase,
+    Principal,
+    SharedSchemaRefused,
+    Store,
+    syncing,
+)
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -319,7 +325,7 @@ def test_tables_someone_else_made_in_a_shared_schema_are_refused(
     try:
         theirs = f"postgresql://{mallory.name}:m4llory@" + postgresql_server.split("@", 1)[1]
         sep = "&" if "?" in theirs else "?"
-        Store(f"{theirs}{sep}options=-csearch_path%3D{shared}").close()
+        Store(f"{theirs}{sep}options=-csearch_path%3D{shared}", shared_schema=True).close()
         sep = "&" if "?" in postgresql_server else "?"
         with pytest.raises(NotAFlowdropDatabase, match=rf"belongs to {mallory.name}"):
             Store(f"{postgresql_server}{sep}options=-csearch_path%3D{shared}")
@@ -343,16 +349,88 @@ def test_a_function_someone_else_made_in_our_schema_is_refused(
         Store(postgresql_url)
 
 
-def test_a_schema_others_may_create_in_is_warned_about_and_reported(
+def _tables_in(url: str, schema: str) -> list[str]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT relname::text FROM pg_class WHERE relnamespace = %s::regnamespace",
+            (schema,),
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def test_a_schema_others_may_create_in_is_refused_naming_it_and_them(
+    mallory: Mallory, postgresql_url: str
+) -> None:
+    """Our schema letting another role create objects: what she makes there after the
+    open (an operator ``=(text, text)``, which comes before pg_catalog's on our path)
+    would run inside our statements. The open refuses it, sync and async, before it
+    creates anything, naming the schema, the role and the fix."""
+    schema = _schema_of(postgresql_url)
+    _as_superuser(postgresql_url, f"GRANT CREATE ON SCHEMA {schema} TO {mallory.name}")
+    named = rf"schema {schema}\b.*{mallory.name}.*REVOKE CREATE ON SCHEMA \"{schema}\" FROM"
+    with pytest.raises(SharedSchemaRefused, match=named) as refused:
+        Store(postgresql_url)
+    assert isinstance(refused.value, NotAFlowdropDatabase)
+    assert "search_path%3D" in str(refused.value) and "shared_schema=True" in str(refused.value)
+    assert _tables_in(postgresql_url, schema) == []
+
+    async def main() -> None:
+        with pytest.raises(SharedSchemaRefused, match=named):
+            await AsyncStore(postgresql_url)
+
+    asyncio.run(main())
+    assert _tables_in(postgresql_url, schema) == []
+
+    # A store made while the schema was private, opened after the grant: refused too.
+    _as_superuser(postgresql_url, f"REVOKE CREATE ON SCHEMA {schema} FROM {mallory.name}")
+    Store(postgresql_url).close()
+    _as_superuser(postgresql_url, f"GRANT CREATE ON SCHEMA {schema} TO PUBLIC")
+    with pytest.raises(SharedSchemaRefused, match=r"PUBLIC.*FROM PUBLIC"):
+        Store(postgresql_url)
+
+
+def test_the_attack_of_a_shared_schema_after_the_open_cannot_start(
+    mallory: Mallory, postgresql_server: str
+) -> None:
+    """The review's case (F1): the store in a schema every role may create in, as
+    ``public`` is on PostgreSQL 14 and older, with nothing of mallory's in it yet. Opened,
+    her ``=(text, text)`` made there afterwards ran as the victim and copied every
+    message. The open is refused, so nothing is written; once the schema is private
+    again, her operator cannot be made."""
+    shared = f"shared_{mallory.name}"
+    _as_superuser(
+        postgresql_server,
+        f"CREATE SCHEMA {shared}; GRANT CREATE, USAGE ON SCHEMA {shared} TO PUBLIC",
+    )
+    try:
+        sep = "&" if "?" in postgresql_server else "?"
+        url = f"{postgresql_server}{sep}options=-csearch_path%3D{shared}"
+        with pytest.raises(SharedSchemaRefused, match=rf"schema {shared}\b.*PUBLIC"):
+            Store(url)
+        assert _tables_in(postgresql_server, shared) == []
+        _as_superuser(postgresql_server, f"REVOKE CREATE ON SCHEMA {shared} FROM PUBLIC")
+        with Store(url) as store:
+            store.buffer("user", "ana", "chat").append({"role": "user", "content": "4111"})
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                mallory.run(
+                    f"CREATE FUNCTION {shared}.eq(a text, b text) RETURNS boolean "
+                    "LANGUAGE sql AS $$ SELECT pg_catalog.texteq(a, b) $$"
+                )
+            assert store.buffer("user", "ana", "notes").read() == []
+        assert mallory.stolen() == []
+    finally:
+        _as_superuser(postgresql_server, f"DROP SCHEMA {shared} CASCADE")
+
+
+def test_a_shared_schema_accepted_explicitly_is_warned_about_and_reported(
     mallory: Mallory, postgresql_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Our schema letting another role create objects: a warning on open naming the
-    schema and the role, and a finding of check()."""
+    """``shared_schema=True`` (and ``FLOWDROP_PG_SHARED_SCHEMA=1`` for the CLI): the
+    open goes on with a warning naming the schema and the role, and check() says so."""
     schema = _schema_of(postgresql_url)
-    Store(postgresql_url).close()
     _as_superuser(postgresql_url, f"GRANT CREATE ON SCHEMA {schema} TO {mallory.name}")
     with caplog.at_level(logging.WARNING, logger="flowdrop_local"):
-        store = Store(postgresql_url)
+        store = Store(postgresql_url, shared_schema=True)
     try:
         assert any(
             schema in r.getMessage() and mallory.name in r.getMessage() for r in caplog.records
@@ -361,9 +439,32 @@ def test_a_schema_others_may_create_in_is_warned_about_and_reported(
         assert any(schema in f and mallory.name in f for f in found), found
     finally:
         store.close()
+
+    async def main() -> list[str]:
+        async with AsyncStore(postgresql_url, shared_schema=True) as store:
+            return [str(v) for v in await store.check()]
+
+    assert any(mallory.name in f for f in asyncio.run(main()))
     _as_superuser(postgresql_url, f"GRANT CREATE ON SCHEMA {schema} TO PUBLIC")
-    with Store(postgresql_url) as store:
+    with Store(postgresql_url, shared_schema=True) as store:
         assert any("PUBLIC" in str(v) for v in store.check())
+    # The grant made after the open: check() of a store opened without it reports it.
+    _as_superuser(postgresql_url, f"REVOKE CREATE ON SCHEMA {schema} FROM PUBLIC, {mallory.name}")
+    with Store(postgresql_url) as store:
+        assert store.check() == []
+        _as_superuser(postgresql_url, f"GRANT CREATE ON SCHEMA {schema} TO {mallory.name}")
+        assert any(mallory.name in str(v) for v in store.check())
+
+    from click.testing import CliRunner
+
+    from flowdrop_local.cli import cli
+
+    refused = CliRunner().invoke(cli, ["--db", postgresql_url, "buffers"], env={})
+    assert refused.exit_code == 2 and "REVOKE CREATE" in refused.output, refused.output
+    accepted = CliRunner().invoke(
+        cli, ["--db", postgresql_url, "buffers"], env={"FLOWDROP_PG_SHARED_SCHEMA": "1"}
+    )
+    assert accepted.exit_code == 0, accepted.output
 
 
 def test_our_functions_pin_their_search_path(postgresql_url: str) -> None:

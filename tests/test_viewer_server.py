@@ -916,3 +916,21 @@ def test_catalog_lists_titles_and_real_search_hits(tmp_path: Path) -> None:
         assert hit["address"] == ["chat", "u", "new"] and hit["role"] == "user"
         assert {"text": "Lisbon", "mark": True} in hit["segments"]
         assert "".join(s["text"] for s in hit["segments"]) == "Ferries in Lisbon"
+
+
+def test_a_refused_request_ends_its_connection(served: str) -> None:
+    """A client whose requests are all refused (a wrong Host, no cookie) cannot keep
+    its connections open with keep-alive and so hold every slot (found by a review:
+    32 such connections kept the owner at 503 for 40 s)."""
+    import socket
+
+    parts = urllib.parse.urlsplit(served)
+    assert parts.hostname is not None and parts.port is not None
+    with socket.create_connection(("127.0.0.1", parts.port), timeout=10) as sock:
+        sock.sendall(
+            b"GET /api/conversations HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
+        )
+        received = b""
+        while chunk := sock.recv(65536):  # the server closes after its answer
+            received += chunk
+        assert received.startswith(b"HTTP/1.") and b" 403 " in received.split(b"\r\n")[0]

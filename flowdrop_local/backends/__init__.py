@@ -37,6 +37,7 @@ def open_backend(
     lock_timeout: float | None = None,
     read_only: bool,
     create: bool,
+    shared_schema: bool = False,
 ) -> Backend:
     """The backend for ``target``: a SQLite path or ``":memory:"``, or a PostgreSQL URL/pool."""
     if is_postgresql_target(target):
@@ -49,6 +50,7 @@ def open_backend(
             lock_timeout=lock_timeout,
             read_only=read_only,
             create=create,
+            shared_schema=shared_schema,
         )
     from .._files import checked_path
     from .sqlite import SqliteBackend

@@ -56,6 +56,7 @@ from ..errors import (
     ReadOnlyStore,
     SchemaTooNew,
     ServerUnreachable,
+    SharedSchemaRefused,
     StoreClosed,
     TooLarge,
     UnsupportedOperation,
@@ -486,7 +487,11 @@ CHECK_LEDGER_SQL = (
 )
 # user:password@ : the password runs to the last "@" before the path, so one holding
 # a raw "@" (which libpq splits at the first) is masked whole.
-_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^/]*@")
+# A URL's authority as a message may quote it: from "://" to the end of its token.
+# A password may hold any character ("/", "?", "#", "@" raw, as generated passwords
+# do): the userinfo ends at the token's last "@", whatever comes before it, and its
+# password is what follows the first ":" (over-masking an "@" of the query is safe).
+_AUTHORITY = re.compile(r"(://)(\S*)@")
 # A query parameter (or a keyword=value pair in libpq's text): its name, then its value.
 _PARAMETER = re.compile(r"(?<![\w%])((?:[\w]|%[0-9A-Fa-f]{2})+)(\s*=\s*)('[^']*'|[^&\s]*)")
 # libpq's parameters whose value is a secret.
@@ -503,7 +508,20 @@ def redact(url: str) -> str:
         name = urllib.parse.unquote(match[1]).lower()
         return f"{match[1]}{match[2]}***" if name in _SECRETS else match[0]
 
-    return _PARAMETER.sub(parameter, _PASSWORD.sub(r"\1***@", url))
+    return _PARAMETER.sub(parameter, _AUTHORITY.sub(_masked_userinfo, url))
+
+
+def _masked_userinfo(match: re.Match[str]) -> str:
+    user, colon, _password = match[2].partition(":")
+    return f"{match[1]}{user}:***@" if colon else match[0]
+
+
+def _password_of(url: str) -> str | None:
+    """The password of the URL's userinfo (as :func:`redact` finds it), if any."""
+    match = _AUTHORITY.search(url)
+    if match is None or ":" not in match[2]:
+        return None
+    return match[2].partition(":")[2]
 
 
 def secrets_of(url: str) -> list[str]:
@@ -511,11 +529,16 @@ def secrets_of(url: str) -> list[str]:
     the part of a password after its first raw "@", a decoded parameter), longest
     first, for :func:`redact_error`."""
     found: list[str] = []
-    password = re.search(r"://[^:/@\s]*:([^/]*)@", url)
+    password = _password_of(url)
     if password:
-        pieces = password[1].split("@")
-        found += [password[1], urllib.parse.unquote(password[1])]
+        pieces = password.split("@")
+        found += [password, urllib.parse.unquote(password)]
         found += ["@".join(pieces[i:]) + "@" for i in range(1, len(pieces))]
+        # libpq ends the userinfo at the first "/" or "@": the pieces on either side
+        # become a host, a port or a database name that its messages quote.
+        for i, character in enumerate(password):
+            if character in "@/":
+                found += [p for p in (password[:i], password[i + 1 :]) if len(p) >= 3]
     for match in _PARAMETER.finditer(url.partition("?")[2]):
         if urllib.parse.unquote(match[1]).lower() in _SECRETS and match[3]:
             found += [match[3], urllib.parse.unquote(match[3])]
@@ -808,10 +831,12 @@ class PostgresBackend(Backend):
         lock_timeout: float | None = None,
         read_only: bool = False,
         create: bool = True,
+        shared_schema: bool = False,
     ) -> None:
         refuse_sqlite_settings(durability, read_only)
         self.durability = durability
         self.read_only = False
+        self.shared_schema = shared_schema
         self.lock_warning_after = lock_warning_after
         self.lock_timeout = lock_timeout
         self._closed = True
@@ -856,6 +881,7 @@ class PostgresBackend(Backend):
                 conn.execute(PIN_SQL, (self.search_path,))
                 found = self._verdict(conn)
                 refuse(found.refused, self.where)
+                refuse_shared(found, self.where, accepted=self.shared_schema)
                 if _schema_version(conn, self.where) == SCHEMA_VERSION and not found.stale:
                     refuse(schema_findings(found), self.where)
                     warn(found, self.where)
@@ -995,7 +1021,12 @@ class PostgresBackend(Backend):
         with self.read() as tx:
             assert isinstance(tx, _PgTx)
             found = verdict(self.schema, tx.raw_many(verification_reads(self.schema)))
-            violations = [*schema_findings(found), *found.warned, *stale_findings(found)]
+            violations = [
+                *schema_findings(found),
+                *found.shared,
+                *found.warned,
+                *stale_findings(found),
+            ]
             if found.refused:
                 return violations  # reading on could run the foreign objects' SQL
             for buffer_id, scope, scope_id, key in tx.raw(CHECK_BUFFERS_SQL):
@@ -1203,9 +1234,19 @@ def refuse(problems: list[Violation], where: str) -> None:
         )
 
 
+def refuse_shared(found: Verdict, where: str, *, accepted: bool) -> None:
+    """SharedSchemaRefused when roles other than ours may create objects in the store's
+    schema, unless the caller ``accepted`` it (``shared_schema=True``: then a warning)."""
+    if found.shared and not accepted:
+        raise SharedSchemaRefused(
+            f"{where}: refused: {found.shared[0].detail}; to open it anyway, accepting that "
+            "risk, pass shared_schema=True (the CLI: FLOWDROP_PG_SHARED_SCHEMA=1)"
+        )
+
+
 def warn(found: Verdict, where: str) -> None:
     """One warning per finding the open lets through (check() reports them too)."""
-    for violation in found.warned:
+    for violation in [*found.shared, *found.warned]:
         log.warning("flowdrop_local: %s: %s", where, violation.detail)
 
 

@@ -66,6 +66,7 @@ from .postgresql import (
     opening_error,
     redact,
     refuse,
+    refuse_shared,
     schema_findings,
     schema_scripts,
     stale_findings,
@@ -246,10 +247,12 @@ class AsyncPostgresBackend:
         owns_pool: bool,
         lock_warning_after: float,
         lock_timeout: float | None = None,
+        shared_schema: bool = False,
     ) -> None:
         self._pool = pool
         self.where = where
         self._owns_pool = owns_pool
+        self.shared_schema = shared_schema
         self.lock_warning_after = lock_warning_after
         self.lock_timeout = lock_timeout
         self._closed = False
@@ -265,6 +268,7 @@ class AsyncPostgresBackend:
         lock_warning_after: float,
         create: bool,
         lock_timeout: float | None = None,
+        shared_schema: bool = False,
     ) -> AsyncPostgresBackend:
         """Open the database (creating its schema when ``create``); errors as ``Store``'s."""
         if isinstance(target, str):
@@ -292,6 +296,7 @@ class AsyncPostgresBackend:
             owns_pool=owns,
             lock_warning_after=lock_warning_after,
             lock_timeout=lock_timeout,
+            shared_schema=shared_schema,
         )
         try:
             await backend._prepare(create)
@@ -312,6 +317,7 @@ class AsyncPostgresBackend:
                 await conn.execute(PIN_SQL, (self.search_path,))
                 found = await self._verdict(conn)
                 refuse(found.refused, self.where)
+                refuse_shared(found, self.where, accepted=self.shared_schema)
                 if await self._version(conn) == SCHEMA_VERSION and not found.stale:
                     refuse(schema_findings(found), self.where)
                     warn(found, self.where)
@@ -450,7 +456,12 @@ class AsyncPostgresBackend:
             tx = _AsyncPgTx(self, conn, _READ_SNAPSHOT)
             try:
                 found = verdict(self.schema, await tx.raw_many(verification_reads(self.schema)))
-                violations = [*schema_findings(found), *found.warned, *stale_findings(found)]
+                violations = [
+                    *schema_findings(found),
+                    *found.shared,
+                    *found.warned,
+                    *stale_findings(found),
+                ]
                 if found.refused:
                     return violations  # reading on could run the foreign objects' SQL
                 for buffer_id, scope, scope_id, key in await tx.raw(CHECK_BUFFERS_SQL):

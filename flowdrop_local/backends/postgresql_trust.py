@@ -19,9 +19,11 @@ CVE-2018-1058 class). So:
 * The open verifies, under ``pg_catalog`` alone, what could run inside our
   statements (:func:`verdict`): who owns our objects, and that no trigger, rule,
   row policy, default, constraint or index on our tables calls a function that
-  is not ours; it warns when roles other than ours may create objects in the
-  schema. A role that can create objects in the store's own schema is out of
-  scope (what it made there is refused, but it could make it later).
+  is not ours. It refuses (:class:`~flowdrop_local.errors.SharedSchemaRefused`) a
+  schema where roles other than ours may create objects: the schema comes before
+  pg_catalog on the path, so an operator ``=(text, text)`` made there after the
+  open would run inside our statements. ``shared_schema=True`` accepts that risk
+  (a warning on open, a finding of ``check()``).
 """
 
 from __future__ import annotations
@@ -291,12 +293,15 @@ class Verdict:
     """What the verification found.
 
     ``refused``: what could run inside our statements (the open refuses it);
+    ``shared``: the roles other than ours that may create objects in the schema (the
+    open refuses it unless ``shared_schema=True``, then warns; ``check()`` reports it);
     ``warned``: what the open warns about and ``check()`` reports; ``stale``: our
     functions that need :func:`refresh_statements` (and may get it); ``trigger_names``
     and ``index_names``: for the schema check by name.
     """
 
     refused: list[Violation]
+    shared: list[Violation]
     warned: list[Violation]
     stale: list[str]
     trigger_names: set[str]
@@ -341,16 +346,21 @@ def verdict(schema: str, rows: list[list[Any]]) -> Verdict:
         refuse(
             f"{what} (on {table}) uses {signature}, which is not flowdrop_local's nor PostgreSQL's"
         )
+    shared: list[Violation] = []
     for public, roles in creators:
         if public or roles:
             who = "every role (PUBLIC)" if public else ", ".join(roles[:5])
             more = f" and {len(roles) - 5} more" if not public and len(roles) > 5 else ""
-            warned.append(
+            grantees = "PUBLIC" if public else ", ".join(quoted(role) for role in roles)
+            shared.append(
                 Violation(
                     "schema",
-                    f"schema {schema} lets roles other than this one's create objects in it: "
-                    f"{who}{more}; what they create there could run inside flowdrop_local's "
-                    f"statements (REVOKE CREATE ON SCHEMA {quoted(schema)} FROM ...)",
+                    f"schema {schema} lets roles other than this one's create objects in "
+                    f"it: {who}{more}; an operator or function they create there, even "
+                    "after the open, comes before pg_catalog's on flowdrop_local's path "
+                    "and would run inside its statements as this role (fix: REVOKE "
+                    f"CREATE ON SCHEMA {quoted(schema)} FROM {grantees}; or give the "
+                    "store a schema of its own, with ?options=-csearch_path%3D<schema>)",
                 )
             )
     stale: list[str] = []
@@ -368,4 +378,6 @@ def verdict(schema: str, rows: list[list[Any]]) -> Verdict:
                     "to update it",
                 )
             )
-    return Verdict(refused, warned, stale, {row[0] for row in names}, {row[0] for row in indexes})
+    return Verdict(
+        refused, shared, warned, stale, {row[0] for row in names}, {row[0] for row in indexes}
+    )

@@ -129,7 +129,9 @@ def open_read_only(target: str) -> Iterator[Store]:
         conninfo, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
     ) as pool:
         pool.open(wait=True, timeout=30)
-        with Store(pool, create=False) as store:
+        from .._cli_common import shared_schema
+
+        with Store(pool, create=False, shared_schema=shared_schema()) as store:
             yield store
 
 
@@ -427,7 +429,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, text.encode(), "application/json; charset=utf-8", extra)
 
     def _error(self, status: int, message: str, extra: dict[str, str] | None = None) -> None:
-        self._json(status, {"error": message}, extra)
+        # A refused request ends its connection: a client (another local user, say)
+        # that sends only requests refused could otherwise hold every one of the
+        # max_connections slots open with keep-alive, and the owner would get 503s.
+        self.close_connection = True
+        self._json(status, {"error": message}, {**(extra or {}), "Connection": "close"})
 
     # ----------------------------------------------------------------- access
 
