@@ -50,6 +50,7 @@ from .errors import (
     SyncIdConflict,
     SyncRefused,
     TooLarge,
+    UnsafeFile,
     UnsupportedOperation,
 )
 from .memory import MemoryRead, MemoryWrite
@@ -135,6 +136,7 @@ __all__ = [
     "TooLarge",
     "ToolCall",
     "Turn",
+    "UnsafeFile",
     "UnsupportedOperation",
     "Violation",
     "assemble",

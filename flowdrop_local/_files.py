@@ -10,7 +10,17 @@ A symbolic link at a database path (or at its ``-wal``, ``-shm`` or ``-journal``
 is refused on every open, :class:`~flowdrop_local.errors.SymlinkRefused`: SQLite
 would resolve it and write the file it names (creating it with the umask's mode,
 not 0600, if the link dangles). Only the last part of the path is looked at: a
-folder on the way may be a link (``/tmp`` on macOS is one).
+folder on the way may be a link (``/tmp`` on macOS is one). Anything else at the
+path that is not a regular file (a FIFO, a socket, a device, a folder) is refused
+too, :class:`~flowdrop_local.errors.NotADatabase`, before SQLite opens it: a FIFO
+would block a read-only open for ever.
+
+A file is trusted for writing only if another user cannot have planted it
+(:func:`refuse_untrusted`, :class:`~flowdrop_local.errors.UnsafeFile`): an existing
+empty file gets the schema written into it only when it is ours, mode-private (no
+group or other bits) and has one link; an existing database (or its -wal, -shm or
+-journal) that another user owns and group or others may write is refused. The
+-wal and -shm SQLite creates take the database file's mode, so it stays 0600.
 
 A libpq keyword/value string (``"dbname=chat host=localhost"``) given as a path is
 refused as well (:func:`refuse_connection_string`), rather than becoming a file of
@@ -29,7 +39,9 @@ from .errors import (
     DatabaseNotFound,
     FlowdropError,
     InvalidArgument,
+    NotADatabase,
     SymlinkRefused,
+    UnsafeFile,
     has_lone_surrogate,
     shown,
 )
@@ -107,11 +119,22 @@ def refuse_connection_string(text: str, what: str) -> None:
     )
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
 def refuse_link(path: str) -> None:
-    """Raise SymlinkRefused when ``path``, or its -wal, -shm or -journal, is a symbolic link.
+    """Raise SymlinkRefused when ``path``, or its -wal, -shm or -journal, is a symbolic link,
+    and NotADatabase when ``path`` is anything else but a regular file (every open mode).
 
     SQLite refuses a linked sidecar itself, but with a message that reads as a
-    corrupt file; a link at the database path it follows.
+    corrupt file; a link at the database path it follows. A FIFO at the path
+    blocks a read-only open until a writer comes, that is for ever.
     """
     for name in (path, *(path + suffix for suffix in SIDECARS)):
         try:
@@ -123,6 +146,52 @@ def refuse_link(path: str) -> None:
                 f"{name} is a symbolic link (to {os.readlink(name)}); flowdrop_local never "
                 "opens a database through a link, which would write the file it names: "
                 "give the path of the file itself"
+            )
+        if name == path and not stat.S_ISREG(mode):
+            kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
+            raise NotADatabase(
+                f"{path} is {kind}, not a regular file; a database is a file: "
+                "check the path, --db or FLOWDROP_DB"
+            )
+
+
+def refuse_untrusted(path: str, *, initialise: bool = True) -> None:
+    """Raise UnsafeFile when a file at ``path`` (or its -wal, -shm or -journal) may
+    have been planted by another user, before the library opens it for writing.
+
+    * An existing empty file gets the schema written into it only when it belongs
+      to the current user, has no group or other permission bits and one link:
+      another user's file (or a hard link to one) would hold every message.
+    * An existing database, or sidecar, that another user owns and that group or
+      others may write is refused: its owner (or anyone) reads and changes it.
+      A database shared on purpose is owned by one user and opened read-only by
+      the others, or kept group-readable only.
+
+    ``initialise=False`` (an open that does not create the schema): the second rule only.
+    """
+    me = getattr(os, "geteuid", lambda: None)()
+    if me is None:  # no POSIX ownership (Windows)
+        return
+    for name in (path, *(path + suffix for suffix in SIDECARS)):
+        try:
+            info = os.lstat(name)
+        except OSError:
+            continue
+        mode = stat.S_IMODE(info.st_mode)
+        owner = "you" if info.st_uid == me else f"uid {info.st_uid}"
+        if initialise and name == path and info.st_size == 0 and stat.S_ISREG(info.st_mode):
+            if info.st_uid != me or mode & 0o077 or info.st_nlink != 1:
+                raise UnsafeFile(
+                    f"{path} exists, empty, owned by {owner}, mode {mode:04o}, "
+                    f"{info.st_nlink} link(s): flowdrop_local writes a new database only "
+                    "into a file of yours, mode 0600, with one link (another user may have "
+                    "put it there to read what you store); remove it, or give another path"
+                )
+        elif info.st_uid != me and mode & 0o022:
+            raise UnsafeFile(
+                f"{name} is owned by {owner} and writable by group or others (mode "
+                f"{mode:04o}): not writing a database that another user can read and "
+                "change; open it read-only, or have its owner make it private (chmod 600)"
             )
 
 
@@ -158,12 +227,14 @@ def open_or_create(path: str, create: bool) -> int | None:
     Raises:
         DatabaseNotFound: the folder is missing, or the file is and ``create`` is false.
         SymlinkRefused: a link was made at ``path`` since.
+        UnsafeFile: the file there may be another user's (:func:`refuse_untrusted`).
     """
     if create:
         try:
             return create_private(path)
         except FileExistsError:
             refuse_link(path)  # a link made since the look above
+            refuse_untrusted(path)
             return None
         except FileNotFoundError:
             require_folder(path)
@@ -175,6 +246,7 @@ def open_or_create(path: str, create: bool) -> int | None:
             "(Store(create=False), or a command that only reads: check the path, "
             "--db or FLOWDROP_DB)"
         )
+    refuse_untrusted(path, initialise=False)  # an empty file gets no schema (prepare says so)
     return None
 
 

@@ -53,6 +53,14 @@ _ROW_NAMES = {
 }
 
 
+# Each buffer, and whether its updated_at is a time as the library writes it
+# (text that strftime reads; a damaged file may hold anything there).
+_BUFFERS = (
+    "SELECT id, scope, scope_id, key, "
+    "typeof(updated_at) = 'text' AND strftime('%s', updated_at) IS NOT NULL FROM buffers"
+)
+
+
 def check_database(conn: sqlite3.Connection) -> list[Violation]:
     """Every violation found in the file; an empty list means it is sound.
 
@@ -79,11 +87,19 @@ def check_database(conn: sqlite3.Connection) -> list[Violation]:
     except sqlite3.DatabaseError as error:
         violations.append(Violation("integrity_check", f"cannot check foreign keys: {error}"))
     try:
-        buffers = conn.execute("SELECT id, scope, scope_id, key FROM buffers").fetchall()
+        buffers = conn.execute(_BUFFERS).fetchall()
     except sqlite3.DatabaseError as error:
         return [*violations, Violation("integrity_check", f"cannot list the buffers: {error}")]
-    for buffer_id, scope, scope_id, key in buffers:
+    for buffer_id, scope, scope_id, key, stamped in buffers:
         name = f"{scope}/{scope_id}/{key}"
+        if not stamped:
+            violations.append(
+                Violation(
+                    "timestamp",
+                    "updated_at is not a timestamp as the library writes it",
+                    name,
+                )
+            )
         try:
             violations += _check_buffer(conn, buffer_id, name)
         except sqlite3.DatabaseError as error:

@@ -166,9 +166,11 @@ def test_missing_folder_is_a_clear_error(tmp_path: Path, create: bool) -> None:
 
 
 def test_empty_file_becomes_a_fresh_store(tmp_path: Path) -> None:
-    """A zero-byte file is an empty SQLite database: it gets the schema."""
+    """A zero-byte file is an empty SQLite database: it gets the schema (when it is the
+    user's own and private: test_paths says which empty files are refused)."""
     path = tmp_path / "empty.db"
-    path.touch()
+    path.touch(mode=0o600)
+    os.chmod(path, 0o600)
     with Store(path) as store:
         assert store.buffer("s", "", "k").append({"role": "user", "content": "x"}).count == 1
 
@@ -225,9 +227,11 @@ def test_database_sidecars_and_backup_are_private(tmp_path: Path, umask: int) ->
 
 
 def test_an_existing_file_keeps_its_mode(tmp_path: Path) -> None:
-    """Only files the library creates are made private: a user's own choice stays."""
+    """Only files the library creates are made private: a user's own choice for an
+    existing database stays. (An existing empty file that is not private gets no schema:
+    test_paths.test_an_empty_file_that_is_not_private_gets_no_schema.)"""
     path = tmp_path / "shared.db"
-    path.touch(mode=0o640)
+    Store(path).close()
     os.chmod(path, 0o640)
     Store(path).close()
     assert _mode(path) == 0o640

@@ -31,6 +31,7 @@ from flowdrop_local import (
     NotAFlowdropDatabase,
     Store,
     SymlinkRefused,
+    UnsafeFile,
 )
 from flowdrop_local.cli import cli
 
@@ -386,3 +387,160 @@ def test_the_slowest_tests_are_marked_slow(pytestconfig: pytest.Config) -> None:
         "tests/test_crash.py::test_fifty_sigkills_lose_nothing_and_leave_a_sound_file",
         "tests/test_quality.py::test_mypy_strict_is_clean",
     }, listed.stdout[-2000:]
+
+
+# ------------------------------------- what is at the path: its kind, owner and mode
+
+NOT_FILES: dict[str, Callable[[Path], None]] = {
+    "fifo": lambda path: os.mkfifo(path),
+    "folder": lambda path: path.mkdir(),
+    "socket": lambda path: _bind_socket(path),
+}
+
+
+def _bind_socket(path: Path) -> None:
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    sock.close()  # the socket file stays
+
+
+@pytest.mark.parametrize("open_", ["Store", "create=False", "read_only"])
+@pytest.mark.parametrize("make", NOT_FILES.values(), ids=NOT_FILES.keys())
+def test_what_is_not_a_regular_file_is_refused_on_every_open(
+    tmp_path: Path, make: Callable[[Path], None], open_: str
+) -> None:
+    """A FIFO at the path made Store(path, read_only=True) wait for ever (an O_RDONLY open
+    of a FIFO blocks until a writer comes); each kind is now NotADatabase, before SQLite
+    opens it. Run in a child, so that a hang fails the test instead of stopping the run."""
+    path = tmp_path / "chat.db"
+    make(path)
+    arguments = {"Store": "", "create=False": ", create=False", "read_only": ", read_only=True"}
+    code = (
+        "import sys, flowdrop_local as f\n"
+        "try:\n"
+        f"    f.Store(sys.argv[1]{arguments[open_]})\n"
+        "except f.NotADatabase as e:\n"
+        "    print(e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=30
+    )
+    assert "not a regular file" in done.stdout, done.stdout + done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chat.db"]
+
+
+@pytest.mark.parametrize("command", [["check"], ["serve", "--no-browser"], ["buffers"]])
+def test_the_cli_refuses_a_fifo_at_db_instead_of_waiting(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """``check`` and ``serve`` hung on a FIFO at --db; now one Error line, exit 2."""
+    path = tmp_path / "chat.db"
+    os.mkfifo(path)
+    done = subprocess.run(
+        [sys.executable, "-m", "flowdrop_local.cli", "--db", str(path), *command],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"Error: {path} is a FIFO (named pipe), not a regular file; a database is a file: "
+        "check the path, --db or FLOWDROP_DB"
+    ]
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o666, 0o604])
+def test_an_empty_file_that_is_not_private_gets_no_schema(tmp_path: Path, mode: int) -> None:
+    """An empty file already at the path (made by someone, with group or other bits) had
+    the schema written into it, and the -wal and -shm took its mode; now UnsafeFile and
+    the file is left as it was."""
+    path = tmp_path / "chat.db"
+    path.touch()
+    path.chmod(mode)
+    with pytest.raises(UnsafeFile, match=rf"chat\.db exists, empty, .*mode {mode:04o}"):
+        _store_file(path)
+    assert _entries(tmp_path) == {"chat.db": (b"", mode)}
+
+
+def test_an_empty_file_with_a_second_link_gets_no_schema(tmp_path: Path) -> None:
+    path = tmp_path / "chat.db"
+    path.touch()
+    path.chmod(0o600)
+    os.link(path, tmp_path / "other-name")
+    with pytest.raises(UnsafeFile, match="2 link"):
+        _store_file(path)
+    assert path.read_bytes() == b""
+
+
+def test_an_empty_private_file_of_ours_becomes_the_database(tmp_path: Path) -> None:
+    """Pre-creating the file oneself (mode 0600) still works."""
+    path = tmp_path / "chat.db"
+    path.touch()
+    path.chmod(0o600)
+    _store_file(path)
+    with Store(path) as store:
+        assert store.buffer("session", "s", "chat").read()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_cli_append_refuses_a_planted_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "chat.db"
+    path.touch()
+    path.chmod(0o666)
+    result = CliRunner().invoke(cli, _append(str(path)))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"Error: {path} exists, empty")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert path.read_bytes() == b""
+
+
+NOBODY = 65534
+as_root = pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root"
+)
+
+
+@as_root
+@pytest.mark.parametrize("mode", [0o600, 0o666])
+def test_an_empty_file_another_user_planted_gets_no_schema(tmp_path: Path, mode: int) -> None:
+    """The review's case: another user (nobody) makes an empty file, 0666, in a shared
+    folder; Store(path) wrote the schema and the messages into it, and nobody read them."""
+    path = tmp_path / "chat.db"
+    path.touch()
+    path.chmod(mode)
+    os.chown(path, NOBODY, NOBODY)
+    with pytest.raises(UnsafeFile, match=rf"owned by uid {NOBODY}"):
+        _store_file(path)
+    assert _entries(tmp_path) == {"chat.db": (b"", mode)}
+
+
+@as_root
+@pytest.mark.parametrize("suffix", ["", "-wal", "-journal"])
+def test_another_users_writable_database_is_not_written(tmp_path: Path, suffix: str) -> None:
+    """A database (or a sidecar beside it) another user owns and others may write is
+    refused for writing; read-only, the database still opens."""
+    path = tmp_path / "chat.db"
+    _store_file(path)
+    planted = Path(str(path) + suffix)
+    planted.touch()
+    planted.chmod(0o666)
+    os.chown(planted, NOBODY, NOBODY)
+    before = _entries(tmp_path)
+    with pytest.raises(UnsafeFile, match="writable by group or others"):
+        _store_file(path)
+    assert _entries(tmp_path) == before
+    if not suffix:
+        with Store(path, read_only=True) as store:
+            assert store.buffer("session", "s", "chat").read()
+
+
+@as_root
+def test_another_users_private_database_still_opens(tmp_path: Path) -> None:
+    """Not writable by group or others: the file is its owner's, and opening it (root
+    reading a user's store, say) is not refused."""
+    path = tmp_path / "chat.db"
+    _store_file(path)
+    os.chown(path, NOBODY, NOBODY)
+    _store_file(path)

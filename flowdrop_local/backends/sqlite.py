@@ -25,6 +25,7 @@ import datetime
 import json
 import logging
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -97,6 +98,7 @@ _TEXT = (
 # (backends/postgresql.py defines the same names; a test holds them together).
 # Ids are stored as 16 bytes and cross the boundary as text: id_blob(?) and
 # id_text(id) are this connection's functions (_register_functions).
+_DECODE_COLUMN = re.compile(r"column '([^']*)'")
 STORE_CLOCK = SQLITE_STORE_CLOCK  # every buffer stamp (sync/schema.py says why)
 _EDITED = (
     f"updated_at = max({STORE_CLOCK}, "
@@ -115,7 +117,9 @@ SQL: dict[str, str] = {
         "SELECT last.tally, last.position, "
         "EXISTS (SELECT 1 FROM tool_calls INDEXED BY tool_calls_unanswered "
         "WHERE buffer_id = ?1 AND answered_by IS NULL), "
-        "CAST(strftime('%s', b.updated_at) AS INTEGER), "
+        # coalesce: a stamp that is not a time (a damaged file) reads as 0, so the
+        # append stamps the row again (touch_buffer) instead of failing
+        "coalesce(CAST(strftime('%s', b.updated_at) AS INTEGER), 0), "
         "coalesce(CAST(strftime('%s', (SELECT max(updated_at) FROM buffers)) AS INTEGER), 0) "
         "FROM buffers AS b LEFT JOIN (SELECT tally, position FROM messages "
         "WHERE buffer_id = ?1 ORDER BY position DESC LIMIT 1) AS last "
@@ -785,6 +789,17 @@ class SqliteBackend(Backend):
         if isinstance(error, sqlite3.DataError):  # SQLITE_TOOBIG: past SQLITE_LIMIT_LENGTH
             return TooLarge(
                 f"a value is longer than {self.path} takes ({error}); nothing was written"
+            )
+        if isinstance(error, sqlite3.OperationalError) and str(error).startswith(
+            "Could not decode"
+        ):
+            # Python's sqlite3 met TEXT that is not UTF-8 (a damaged file); its message
+            # quotes the bytes, which are left out.
+            column = _DECODE_COLUMN.search(str(error))
+            return CorruptRow(
+                f"{self.path} is damaged: a stored row holds text that is not UTF-8"
+                f"{f' (column {column.group(1)})' if column else ''}; "
+                "run 'flowdrop-local check'"
             )
         if isinstance(error, sqlite3.OperationalError) and "malformed JSON" in str(error):
             # A JSON function of ours met a stored row that is not JSON (a damaged file).
