@@ -626,12 +626,6 @@ def damaged_paths(fuzz_path: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 def test_a_damaged_row_under_every_read_is_a_typed_error(
     damaged_paths: dict[str, Path], kind: str, read: str
 ) -> None:
-    if (read, kind) == ("Buffer.update_metadata", "buffer updated_at not UTF-8"):
-        pytest.xfail(
-            "the store clock (sync/schema.py SQLITE_STORE_CLOCK) is max(now, max(updated_at)) "
-            "as text: a damaged stamp becomes the stamp of the buffer written, so the write "
-            "commits and reading it back is CorruptRow"
-        )
     path = damaged_paths[kind]
     with Store(path) as store:
         _typed_or_sound(store, path, lambda: READS[read](store), False, _raw_snapshot)

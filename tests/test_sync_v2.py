@@ -1302,3 +1302,21 @@ def test_a_conflict_is_kept_on_every_replica_it_reaches(tmp_path: Path) -> None:
     dropped = "Z's answer" if kept == "X's answer" else "X's answer"
     for store in (x, y, z):
         assert dropped in [c["message"].get("content") for c in conflicts(store)]
+
+
+def test_a_damaged_stamp_does_not_become_the_stores_clock(tmp_path: Path) -> None:
+    """A buffer stamp that is not a time ('not a time' sorts after every date) was
+    the newest stamp, so the store's clock, and every buffer written after took it
+    (found by a review): only stamps that sort as times count."""
+    a, b = pair(tmp_path)
+    a.buffer("global", "", "damaged").append(user("q"))
+    _forge(a.path, ("UPDATE buffers SET updated_at = 'not a time' WHERE key = 'damaged'", ()))
+    a.buffer("global", "", "other").append(user("q"))
+    a.buffer("global", "", "other").set_title("renamed")
+    a.buffer("global", "", "damaged").append(user("repaired"))
+    import datetime
+
+    for info in a.conversations().items:
+        datetime.datetime.fromisoformat(info.updated_at.replace("Z", "+00:00"))
+    sync(a, b)
+    assert sync(a, b, full=True).moved == 0

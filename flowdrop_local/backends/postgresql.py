@@ -62,6 +62,7 @@ from ..errors import (
     UnsupportedOperation,
 )
 from ..sync.schema import (
+    NEWEST_STAMP,
     PG_DELETE_TRIGGERS,
     PG_STORE_CLOCK,
 )
@@ -118,7 +119,7 @@ _STATE = (
     "SELECT b.id, last.tally, last.position, "
     "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = b.id AND answered_by IS NULL), "
     "floor(extract(epoch FROM b.updated_at::timestamptz))::bigint, "
-    "coalesce(floor(extract(epoch FROM (SELECT max(updated_at) FROM buffers)::timestamptz))"
+    f"coalesce(floor(extract(epoch FROM ({NEWEST_STAMP.format(t='buffers')})::timestamptz))"
     "::bigint, 0) "
     "FROM buffers AS b LEFT JOIN LATERAL (SELECT tally, position FROM messages "
     "WHERE buffer_id = b.id ORDER BY position DESC LIMIT 1) AS last ON true "

@@ -53,6 +53,7 @@ from ..errors import (
     shown,
 )
 from ..sync.schema import (
+    NEWEST_STAMP,
     SQLITE_DELETE_TRIGGERS,
     SQLITE_STORE_CLOCK,
     adopt_copy,
@@ -120,7 +121,7 @@ SQL: dict[str, str] = {
         # coalesce: a stamp that is not a time (a damaged file) reads as 0, so the
         # append stamps the row again (touch_buffer) instead of failing
         "coalesce(CAST(strftime('%s', b.updated_at) AS INTEGER), 0), "
-        "coalesce(CAST(strftime('%s', (SELECT max(updated_at) FROM buffers)) AS INTEGER), 0) "
+        f"coalesce(CAST(strftime('%s', ({NEWEST_STAMP.format(t='buffers')})) AS INTEGER), 0) "
         "FROM buffers AS b LEFT JOIN (SELECT tally, position FROM messages "
         "WHERE buffer_id = ?1 ORDER BY position DESC LIMIT 1) AS last "
         "WHERE b.id = ?1"

@@ -146,11 +146,14 @@ _NEXT_SEQ = (  # (the derived table is named: PostgreSQL before 16 wants an alia
 # so stamps never go back when the wall clock does. A sync's mark is the newest
 # buffer stamp at its start; what changed since is stamped at or after it, however
 # the clock was set in between (sync.scan).
+# Only stamps that sort as times count (a damaged 'not a time' sorts after every
+# date and would become every later stamp); the bound keeps it one index seek.
+NEWEST_STAMP = "SELECT max(updated_at) FROM {t} WHERE updated_at <= '9999-12-31T23:59:59.999Z'"
 SQLITE_STORE_CLOCK = (
     "max(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), "
-    "coalesce((SELECT max(updated_at) FROM main.buffers), ''))"
+    f"coalesce(({NEWEST_STAMP.format(t='main.buffers')}), ''))"
 )
-PG_STORE_CLOCK = "greatest(flowdrop_now(), (SELECT max(updated_at) FROM buffers))"
+PG_STORE_CLOCK = f"greatest(flowdrop_now(), ({NEWEST_STAMP.format(t='buffers')}))"
 _CONVERSATION_PUT = (
     "INSERT INTO flowdrop_sync_conversations (scope, scope_id, key, stamp, deleted) "
     "VALUES ({a}.scope, {a}.scope_id, {a}.key, {now}, {deleted}) "
@@ -338,7 +341,7 @@ SYNC_COMMON: dict[str, str] = {
     "sync_kv_stamps_memory": "SELECT scope, scope_id, key, updated_at FROM memory",
     "sync_kv_stamps_viewer": "SELECT session_id, user_id, granted_at FROM session_viewers",
     # The newest buffer stamp: a sync's mark (see SQLITE_STORE_CLOCK).
-    "sync_mark_clock": "SELECT coalesce(max(updated_at), '') FROM buffers",
+    "sync_mark_clock": f"SELECT coalesce(({NEWEST_STAMP.format(t='buffers')}), '')",
     "sync_peers_all": "SELECT peer FROM flowdrop_sync_peers",
     "sync_peer_forget": "DELETE FROM flowdrop_sync_peers WHERE peer = ?",
     "sync_ack_forget": "DELETE FROM flowdrop_sync_acks WHERE peer = ?",
