@@ -726,10 +726,11 @@ def test_catalog_refuses_bad_arguments(viewer_db: Path) -> None:
 
 def test_a_folder_opened_read_only_is_not_a_database(tmp_path: Path) -> None:
     """Store(folder, read_only=True) raised sqlite3.OperationalError; now NotADatabase."""
-    with pytest.raises(NotADatabase, match="cannot open"):
+    with pytest.raises(NotADatabase, match="is a folder, not a regular file"):
         Store(tmp_path, read_only=True)
     result = CliRunner().invoke(cli, ["serve", "--no-browser", "--db", str(tmp_path)])
-    assert result.exit_code == 2 and result.stderr.startswith("Error: cannot open")
+    assert result.exit_code == 2 and result.stderr.startswith("Error: ")
+    assert "is a folder, not a regular file" in result.stderr
 
 
 def test_open_read_only_refuses_to_create(tmp_path: Path) -> None:
