@@ -690,3 +690,36 @@ def test_cli_prints_one_line_for_text_that_is_not_utf8(tmp_path: Path) -> None:
         assert result.exception is None or isinstance(result.exception, SystemExit)
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and "not UTF-8" in lines[0] and "flowdrop-local check" in lines[0]
+
+
+def test_postgresql_a_buffer_stamp_that_is_not_a_time_blocks_no_write(postgresql_url: str) -> None:
+    """As on SQLite: a damaged ``buffers.updated_at`` on the server (written by hand)
+    made every append to the conversation fail casting it to a time."""
+    import psycopg
+
+    with Store(postgresql_url) as store:
+        store.buffer("s", "", "k").append({"role": "user", "content": "a"})
+        store.buffer("s", "", "other").append({"role": "user", "content": "a"})
+    with psycopg.connect(postgresql_url, autocommit=True) as conn:
+        conn.execute("UPDATE buffers SET updated_at = 'not a time' WHERE key = 'k'")
+    with Store(postgresql_url) as store:
+        buffer = store.buffer("s", "", "k")
+        assert buffer.append({"role": "user", "content": "b"}).count == 2
+        assert store.buffer("s", "", "other").append({"role": "user", "content": "b"}).count == 2
+        assert buffer.pop() is not None
+        buffer.delete()
+        assert [b.key for b in store.buffers()] == ["other"]
+
+
+def test_postgresql_a_memory_stamp_that_is_not_a_time_blocks_no_update(
+    postgresql_url: str,
+) -> None:
+    import psycopg
+
+    with Store(postgresql_url) as store:
+        store.memory_set(None, "global", "k", 1)
+    with psycopg.connect(postgresql_url, autocommit=True) as conn:
+        conn.execute("UPDATE memory SET updated_at = 'not a time'")
+    with Store(postgresql_url) as store:
+        assert store.memory_set(None, "global", "k", 2).ok
+        assert store.memory_get(None, "global", "k").value == 2

@@ -107,10 +107,23 @@ _JOINED_AT = (
 )
 _NOW = "flowdrop_now()"
 STORE_CLOCK = PG_STORE_CLOCK  # every buffer stamp (sync/schema.py says why)
+# A stamp as the library writes it: anything else (a row damaged by hand) is read as
+# no time, never cast (the cast would fail every write to the conversation).
+_STAMP = "'^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?Z$'"
+
+
+def _epoch(stamp: str) -> str:
+    """Seconds since the epoch of a stamp (an expression), 0 when it is not one."""
+    return (
+        f"CASE WHEN ({stamp}) ~ {_STAMP} "
+        f"THEN floor(extract(epoch FROM ({stamp})::timestamptz))::bigint ELSE 0 END"
+    )
+
+
 _EDITED = (
-    f"updated_at = greatest({STORE_CLOCK}, "
+    f"updated_at = greatest({STORE_CLOCK}, CASE WHEN updated_at ~ {_STAMP} THEN "
     "to_char((updated_at::timestamptz + interval '1 millisecond') AT TIME ZONE 'UTC', "
-    " 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))"
+    " 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') END)"
 )
 # A buffer's count: the tally of its last row (postgresql.sql), NULL when it is empty.
 _TALLY = "SELECT tally FROM messages WHERE buffer_id = {} ORDER BY position DESC LIMIT 1"
@@ -118,9 +131,7 @@ _TALLY = "SELECT tally FROM messages WHERE buffer_id = {} ORDER BY position DESC
 _STATE = (
     "SELECT b.id, last.tally, last.position, "
     "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = b.id AND answered_by IS NULL), "
-    "floor(extract(epoch FROM b.updated_at::timestamptz))::bigint, "
-    f"coalesce(floor(extract(epoch FROM ({NEWEST_STAMP.format(t='buffers')})::timestamptz))"
-    "::bigint, 0) "
+    f"{_epoch('b.updated_at')}, {_epoch(NEWEST_STAMP.format(t='buffers'))} "
     "FROM buffers AS b LEFT JOIN LATERAL (SELECT tally, position FROM messages "
     "WHERE buffer_id = b.id ORDER BY position DESC LIMIT 1) AS last ON true "
 )
@@ -278,8 +289,9 @@ SQL: dict[str, str] = {
     "memory_set": (
         "INSERT INTO memory (scope, scope_id, key, value) VALUES (%s, %s, %s, %s) "
         "ON CONFLICT (scope, scope_id, key) DO UPDATE SET value = excluded.value, "
-        f"updated_at = greatest({_NOW}, to_char((memory.updated_at::timestamptz "
-        "+ interval '1 millisecond') AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))"
+        f"updated_at = greatest({_NOW}, CASE WHEN memory.updated_at ~ {_STAMP} THEN "
+        "to_char((memory.updated_at::timestamptz + interval '1 millisecond') AT TIME ZONE "
+        "'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') END)"
     ),
     "memory_delete": "DELETE FROM memory WHERE scope = %s AND scope_id = %s AND key = %s",
     # --------------------------------------------------------------- sessions
