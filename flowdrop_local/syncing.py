@@ -4,9 +4,8 @@ one history. The work is done by :mod:`flowdrop_local.sync`, one module per stag
 
 from __future__ import annotations
 
-# Loaded for what they register: sync's statements with the backends, its
-# listeners with the engine.
-from .sync import notices, statements  # noqa: F401
+# Loaded for what it registers: sync's listeners with the engine.
+from .sync import notices  # noqa: F401
 from .sync.registers import CLOCK_BOUND
 from .sync.replicas import conflicts, enable, forget_peer, new_replica, peers, replica_id
 from .sync.report import SyncReport

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -275,3 +276,26 @@ def test_a_pool_the_application_has_is_used_and_left_open(postgresql_url: str) -
             store.buffer("s", "", "k").append({"role": "user", "content": "hi"})
         with pool.connection() as conn:
             assert conn.execute("SELECT count(*) FROM messages").fetchone() == (1,)
+
+
+def test_the_package_works_without_the_postgresql_extra(tmp_path: Path) -> None:
+    """psycopg is an optional extra: without it the package imports, a SQLite store
+    works (offline sync included) and the CLI runs. (Sync's statements once imported
+    the PostgreSQL backend eagerly: `pip install .` then failed at import.)"""
+    import subprocess
+    import sys
+
+    program = (
+        "import sys\n"
+        "sys.modules['psycopg'] = None; sys.modules['psycopg_pool'] = None\n"
+        "from flowdrop_local import Store, sync\n"
+        "from flowdrop_local.cli import main\n"
+        f"a, b = Store({str(tmp_path / 'a.db')!r}), Store({str(tmp_path / 'b.db')!r})\n"
+        "a.buffer('global', '', 'k').append({'role': 'user', 'content': 'q'})\n"
+        "print(sync(a, b).sent_a_to_b)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"

@@ -61,6 +61,7 @@ from ..errors import (
     TooLarge,
     UnsupportedOperation,
 )
+from ..sync import statements as sync_statements
 from ..sync.schema import (
     NEWEST_STAMP,
     PG_DELETE_TRIGGERS,
@@ -469,6 +470,7 @@ SQL: dict[str, str] = {
     # The planner's statistics for the new table (the GIN index is kept as rows go in).
     "search_finish": "ANALYZE message_search",
 }
+SQL.update(sync_statements.for_postgresql())  # offline sync's, in this dialect
 
 # Statements written with named parameters: the engine's positional rows map onto them.
 _NAMED: dict[str, tuple[str, ...]] = {

@@ -52,6 +52,7 @@ from ..errors import (
     TooLarge,
     shown,
 )
+from ..sync import statements as sync_statements
 from ..sync.schema import (
     NEWEST_STAMP,
     SQLITE_DELETE_TRIGGERS,
@@ -59,6 +60,7 @@ from ..sync.schema import (
     adopt_copy,
     content_md5,
 )
+from ..sync.statements import SQLITE_JSON_ARRAYS
 from .base import Backend, Durability, Tx
 
 log = logging.getLogger("flowdrop_local")
@@ -438,9 +440,9 @@ SQL: dict[str, str] = {
     # FTS5 builds its index from the text table in one pass once every run is in.
     "search_finish": "INSERT INTO message_search (message_search) VALUES ('rebuild')",
 }
+SQL.update(sync_statements.for_sqlite())  # offline sync's, in this dialect
 # Statements whose list parameter SQLite reads as a JSON array (json_each).
-# (A set: offline sync adds its own, flowdrop_local/sync/statements.py.)
-JSON_ARRAY_PARAMS: set[str] = {"pairing_state", "used_ids"}
+JSON_ARRAY_PARAMS = frozenset({"pairing_state", "used_ids"}) | SQLITE_JSON_ARRAYS
 _EXPORT_CHUNK = 500  # rows an export fetches at a time
 
 

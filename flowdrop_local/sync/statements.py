@@ -1,12 +1,13 @@
-"""Sync's named statements in each backend's dialect, registered with the backends'
-statement tables when offline sync loads (:func:`register`, run by ``syncing``): a
-backend runs them by name like its own and holds none of sync's SQL. The SQL both
-dialects read alike is :data:`.schema.SYNC_COMMON` (``?`` for PostgreSQL's ``%s``).
+"""Sync's named statements in each backend's dialect. Each backend takes them into
+its statement table when it loads (:func:`for_sqlite`, :func:`for_postgresql`) and
+runs them by name like its own, holding none of sync's SQL. The SQL both dialects
+read alike is :data:`.schema.SYNC_COMMON` (``?`` for PostgreSQL's ``%s``). A leaf,
+as :mod:`.schema` is: the PostgreSQL backend is optional (``psycopg``), so nothing
+here imports a backend.
 """
 
 from __future__ import annotations
 
-from ..backends import postgresql, sqlite
 from .schema import PG_SEQ_LOCK, PG_STORE_CLOCK, SQLITE_STORE_CLOCK, SYNC_COMMON
 
 # A buffer's sync summary: its row id, updated_at, and its last row's position, tally
@@ -161,14 +162,12 @@ POSTGRESQL: dict[str, str] = {
 }
 
 
-def register() -> None:
-    """Add sync's statements to both backends' tables (a dialect's own override the
-    shared one of the same name)."""
-    sqlite.SQL.update(SYNC_COMMON)
-    sqlite.SQL.update(SQLITE)
-    sqlite.JSON_ARRAY_PARAMS.update(SQLITE_JSON_ARRAYS)
-    postgresql.SQL.update({name: sql.replace("?", "%s") for name, sql in SYNC_COMMON.items()})
-    postgresql.SQL.update(POSTGRESQL)
+def for_sqlite() -> dict[str, str]:
+    """Sync's statements in SQLite's dialect (a dialect's own override the shared one
+    of the same name)."""
+    return {**SYNC_COMMON, **SQLITE}
 
 
-register()
+def for_postgresql() -> dict[str, str]:
+    """Sync's statements in PostgreSQL's dialect."""
+    return {**{name: sql.replace("?", "%s") for name, sql in SYNC_COMMON.items()}, **POSTGRESQL}
