@@ -1,7 +1,7 @@
 """Offline sync's schema: its tables and triggers as numbered steps
 (:func:`schema_steps`), the store's clock every buffer stamp comes from, and the
-SQL both dialects read alike (:data:`SYNC_COMMON`, registered with the backends
-by :mod:`.statements`). A leaf module: the backends import it for the clock, the
+SQL both dialects read alike (:data:`SYNC_COMMON`, which the backends take in
+through :mod:`.statements`). A leaf module: the backends import it for the clock, the
 triggers and the schema check, and nothing here imports the rest of the library.
 
 The tables are made at a store's first sync (or ``enable``), not by schema.sql: a
