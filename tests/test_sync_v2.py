@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from flowdrop_local import Store, sync
 from flowdrop_local.cli import cli
+from flowdrop_local.sync.schema import schema_steps
 from flowdrop_local.syncing import enable
 
 
@@ -770,13 +771,13 @@ def _assert_shared_order(stores: list[Store]) -> None:
             assert [m for m in x if m in shared] == [m for m in y if m in shared]
 
 
-def _three(tmp_path: Path) -> list[Store]:
+def _three(tmp_path: Path, count: int = 3) -> list[Store]:
     a = Store(str(tmp_path / "r0.db"))
     a.buffer(*ADDRESS).append(user("start"))
     enable(a)
-    a.backup(str(tmp_path / "r1.db"))
-    a.backup(str(tmp_path / "r2.db"))
-    return [a, Store(str(tmp_path / "r1.db")), Store(str(tmp_path / "r2.db"))]
+    for n in range(1, count):
+        a.backup(str(tmp_path / f"r{n}.db"))
+    return [a, *(Store(str(tmp_path / f"r{n}.db")) for n in range(1, count))]
 
 
 def _apply(stores: list[Store], op: str, x: int, y: int, c: int, n: int) -> None:
@@ -789,6 +790,8 @@ def _apply(stores: list[Store], op: str, x: int, y: int, c: int, n: int) -> None
         buffer.append({"role": "tool", "tool_call_id": f"c{c}", "content": f"r{n}"})
     elif op == "said":
         buffer.append({"role": "assistant", "content": f"s{n}"})
+    elif op == "pop":
+        buffer.pop()
     elif op == "sync" and x != y:
         sync(stores[x], stores[y])
         assert _order(stores[x]) == _order(stores[y])
@@ -823,38 +826,68 @@ def test_a_result_answered_in_its_calls_tool_run_does_not_reorder_a_third_replic
         assert store.check() == []
 
 
+def test_five_replicas_order_two_blocks_alike_whatever_the_syncs_order(tmp_path: Path) -> None:
+    """Found by review 9: q on all five; replica 0 appends U, replica 4 S, then 0 R.
+    Blocks used to be ordered by their first id, and a block is what one replica
+    holds between two shared messages: 0-1, 4-3, 1-4, 0-2, 2-3, 0-1 left 0 and 1
+    with q U S R and 2 and 3 with q U R S, for ever. Now each message's link (the
+    message it followed where it was written, rules.order) decides, on every replica."""
+    stores = _three(tmp_path, 5)
+    script = [
+        ("user", 0, 0, 0),
+        ("said", 4, 0, 0),
+        ("sync", 0, 1, 0),
+        ("sync", 4, 3, 0),
+        ("sync", 1, 4, 0),
+        ("said", 0, 0, 0),
+        ("sync", 0, 2, 0),
+        ("sync", 2, 3, 0),
+        ("sync", 0, 1, 0),
+    ]
+    for n, step in enumerate(script):
+        _apply(stores, *step, n)
+    _assert_shared_order(stores)
+    for x, y in ((0, 1), (1, 2), (2, 3), (3, 4), (0, 4)):
+        sync(stores[x], stores[y])
+        _assert_shared_order(stores)
+    assert len({tuple(_order(store)) for store in stores}) == 1
+    for store in stores:
+        assert store.check() == []
+
+
 @settings(
     max_examples=int(os.environ.get("FLOWDROP_SHARED_ORDER_EXAMPLES", "60")),
     deadline=None,
     suppress_health_check=list(HealthCheck),
 )
 @given(
+    st.integers(3, 5),
     st.lists(
         st.tuples(
-            st.sampled_from(["user", "call", "result", "said", "sync", "sync"]),
-            st.integers(0, 2),
-            st.integers(0, 2),
+            st.sampled_from(["user", "call", "result", "said", "pop", "sync", "sync", "sync"]),
+            st.integers(0, 4),
+            st.integers(0, 4),
             st.integers(0, 2),
         ),
         min_size=1,
-        max_size=20,
-    )
+        max_size=24,
+    ),
 )
-def test_three_replicas_never_order_shared_messages_apart(
-    tmp_path_factory: pytest.TempPathFactory, script: list[tuple[str, int, int, int]]
+def test_replicas_never_order_shared_messages_apart(
+    tmp_path_factory: pytest.TempPathFactory, count: int, script: list[tuple[str, int, int, int]]
 ) -> None:
-    """Results before and after their calls, re-declared calls, user turns, syncs
-    in random pairs: after every sync the pair reads alike and every two replicas
-    order the messages they share alike; a round of syncs leaves all three the same
-    and check() clean."""
-    stores = _three(tmp_path_factory.mktemp("order"))
-    for n, step in enumerate(script):
-        _apply(stores, *step, n)
+    """Three to five replicas: results before and after their calls, re-declared
+    calls, user turns, pops, syncs in random pairs: after every sync the pair reads
+    alike and every two replicas order the messages they share alike; rounds of
+    syncs leave all the same and check() clean."""
+    stores = _three(tmp_path_factory.mktemp("order"), count)
+    for n, (op, x, y, c) in enumerate(script):
+        _apply(stores, op, x % count, y % count, c, n)
     for _ in range(3):
-        for x, y in ((0, 1), (1, 2), (0, 2)):
-            sync(stores[x], stores[y])
+        for x in range(count):
+            sync(stores[x], stores[(x + 1) % count])
             _assert_shared_order(stores)
-    assert _order(stores[0]) == _order(stores[1]) == _order(stores[2])
+    assert len({tuple(_order(store)) for store in stores}) == 1
     for store in stores:
         assert store.check() == []
         store.close()
@@ -1050,7 +1083,8 @@ def test_a_store_synced_before_schema_steps_takes_them(tmp_path: Path) -> None:
 
     conn = sqlite3.connect(a.path)
     try:
-        assert conn.execute("SELECT step FROM flowdrop_sync_schema").fetchall() == [(2,)]
+        steps = len(schema_steps(postgresql=False))
+        assert conn.execute("SELECT step FROM flowdrop_sync_schema").fetchall() == [(steps,)]
         assert conn.execute("SELECT count(*) FROM flowdrop_sync_hlc").fetchone() is not None
     finally:
         conn.close()

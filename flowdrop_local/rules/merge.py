@@ -6,21 +6,11 @@ content), after deletions known to either side were applied. Output: the one
 history both sides will hold (:class:`Merged`), which does not depend on which
 side is ``a``.
 
-The order:
-
-* **Anchors** are the messages both sides hold. They keep their order and keys,
-  unless their keys left no room. Where the two sides hold one at two keys (a
-  third replica's merge re-keyed its block), the key of the later move wins
-  (``moves_a``/``moves_b``), and where they order anchors apart, the winning keys
-  order them.
-* Between two anchors (and before the first, after the last) each side may hold
-  a run of messages the other lacks. Each run stays one **contiguous block**; when
-  both sides have one, the block whose first message has the lower id comes
-  first (ids are UUIDv7, so: the block started earlier). Turns are never shuffled.
-* Positions: a block keeps its keys when they fit between its neighbours; the
-  later of two blocks written after the same message usually does not (both
-  sides computed keys after the same message), so it is **re-keyed as a unit**
-  right after the earlier block. Appends never renumber; only a sync re-keys.
+The order is not decided here: every replica gives a buffer's messages one order
+(:mod:`.order`, from the links each message got when a sync first saw it), and the
+merge takes it. Positions only store that order: the most messages that can keep
+their keys do; the rest get keys between their neighbours' (appends never
+renumber; only a sync re-keys, and a re-key moves nothing).
 
 Then the buffer rules, read along the merged order (the same decisions an append
 makes; the single definition of a declared call's id is
@@ -46,7 +36,7 @@ makes; the single definition of a declared call's id is
 
 from __future__ import annotations
 
-import itertools
+import bisect
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -119,14 +109,13 @@ def _healed(entry: Entry, metadata: dict[str, Any]) -> bool:
 class _Item:
     """A message on its way through the merge."""
 
-    __slots__ = ("call_id", "declared", "entry", "healed", "position", "source", "unit")
+    __slots__ = ("call_id", "declared", "entry", "healed", "keys", "source")
 
-    def __init__(self, entry: Entry, source: str, unit: tuple[int, str], position: str) -> None:
+    def __init__(self, entry: Entry, source: str, keys: tuple[str, ...]) -> None:
         metadata = _metadata(entry)
         self.entry = entry
         self.source = source
-        self.unit = unit  # (gap or anchor index, "anchor" / "a" / "b")
-        self.position = position  # the key it would keep
+        self.keys = keys  # the keys it could keep (a message both hold: each side's)
         self.call_id = _call_id(entry, metadata)
         self.healed = _healed(entry, metadata)
         self.declared = declared_call_ids(metadata) if entry.role == "assistant" else []
@@ -135,70 +124,46 @@ class _Item:
 def merge(
     a: Sequence[Entry],
     b: Sequence[Entry],
+    order: Sequence[str],
     generation_a: Mapping[str, int] | None = None,
     generation_b: Mapping[str, int] | None = None,
-    moves_a: Mapping[str, int] | None = None,
-    moves_b: Mapping[str, int] | None = None,
 ) -> Merged:
     """The history both sides hold after a sync; symmetric in ``a`` and ``b``
-    (up to the ``source`` labels). ``generation_a``/``generation_b``: for a message
-    the two sides hold in two versions, the generation of each side's (how many
-    edits made it; see :func:`_version`). ``moves_a``/``moves_b``: for a message
-    the two sides hold at two positions, how many times syncs moved it to the
-    position each side holds: the later move wins (then the greater key)."""
+    (up to the ``source`` labels). ``order``: every id of ``a`` and ``b`` once, in
+    the order all replicas give them (:func:`~flowdrop_local.rules.order.tree_order`).
+    ``generation_a``/``generation_b``: for a message the two sides hold in two
+    versions, the generation of each side's (how many edits made it; see
+    :func:`_version`)."""
     generation_a = generation_a or {}
     generation_b = generation_b or {}
     by_a = {e.id: e for e in a}
     by_b = {e.id: e for e in b}
-    moves = (moves_a or {}, moves_b or {})
-
-    def place(id_: str) -> str:
-        x, y = by_a[id_].position, by_b[id_].position
-        if x == y:
-            return x
-        mx, my = moves[0].get(id_, 0), moves[1].get(id_, 0)
-        return (x if mx > my else y) if mx != my else max(x, y)
+    if len(order) != len(set(order)) or set(order) != by_a.keys() | by_b.keys():
+        raise ValueError("order must name every message of both sides once")
 
     conflicts: list[Conflict] = []
     replaced = 0
     edited = 0
-
-    # Anchors: the common messages, in the order both sides agree on.
-    order_a = [e.id for e in a if e.id in by_b]
-    order_b = [e.id for e in b if e.id in by_a]
-    if order_a != order_b:  # blocks re-keyed apart (or a damaged pair): by winning key
-        order_a = sorted(order_a, key=lambda i: (place(i), i))
-    anchor_index = {id_: k for k, id_ in enumerate(order_a)}
-
-    # Each side's own messages, grouped by the anchor they come before.
-    gaps: dict[int, dict[str, list[Entry]]] = {}
-    for side, entries in (("a", a), ("b", b)):
-        k = 0
-        for e in entries:
-            if e.id in anchor_index:
-                k = anchor_index[e.id] + 1
-            else:
-                gaps.setdefault(k, {}).setdefault(side, []).append(e)
-
     items: list[_Item] = []
-    for k in range(len(order_a) + 1):
-        runs = gaps.get(k, {})
-        for side in sorted(runs, key=lambda s: runs[s][0].id):
-            items += [_Item(e, side, (k, side), e.position) for e in runs[side]]
-        if k < len(order_a):
-            id_ = order_a[k]
-            kept, source, conflict = _version(
-                by_a[id_], by_b[id_], generation_a.get(id_, 0), generation_b.get(id_, 0)
-            )
-            if conflict is not None:
-                conflicts.append(conflict)
-            elif source != "ab":
-                other = by_b[id_] if source == "a" else by_a[id_]
-                if _healed(other, _metadata(other)):
-                    replaced += 1  # a placeholder filled in place on one side (MEM-10)
-                else:
-                    edited += 1  # edited on one side since the last sync
-            items.append(_Item(kept, source, (k, "anchor"), place(id_)))
+    for id_ in order:
+        if id_ not in by_b or id_ not in by_a:
+            side = "a" if id_ in by_a else "b"
+            entry = by_a[id_] if side == "a" else by_b[id_]
+            items.append(_Item(entry, side, (entry.position,)))
+            continue
+        kept, source, conflict = _version(
+            by_a[id_], by_b[id_], generation_a.get(id_, 0), generation_b.get(id_, 0)
+        )
+        if conflict is not None:
+            conflicts.append(conflict)
+        elif source != "ab":
+            other = by_b[id_] if source == "a" else by_a[id_]
+            if _healed(other, _metadata(other)):
+                replaced += 1  # a placeholder filled in place on one side (MEM-10)
+            else:
+                edited += 1  # edited on one side since the last sync
+        # Either side's key (a third replica's merge re-keyed it): the one that fits.
+        items.append(_Item(kept, source, (by_a[id_].position, by_b[id_].position)))
 
     # The rules, along the merged order.
     kept_items: list[_Item] = []
@@ -223,7 +188,7 @@ def merge(
                     created_at=placeholder.created_at,
                     content_of=item.entry.content_of or item.entry.id,
                 )
-                kept_items[at] = _Item(filled, item.source, standing.unit, standing.position)
+                kept_items[at] = _Item(filled, item.source, standing.keys)
                 replaced += 1
             elif (
                 not standing.healed
@@ -285,7 +250,6 @@ def _results_before_the_next_user_turn(items: list[_Item]) -> list[_Item]:
     still holding it drops it at its next merge, as the call's second, equal
     result (MEM-1)."""
     first_turn = _first_turns(items)
-    moved = 0
     for j in range(len(items)):
         item = items[j]
         turn = first_turn.get(item.call_id or "")
@@ -295,12 +259,11 @@ def _results_before_the_next_user_turn(items: list[_Item]) -> list[_Item]:
         while at < j and items[at].entry.role == "tool":
             at += 1
         del items[j]
-        moved += 1
         answer = item.entry._replace(
             id=answered_in_place_id(item.entry.id),
             content_of=item.entry.content_of or item.entry.id,
         )
-        item = _Item(answer, item.source, (-moved, answer.id), item.position)
+        item = _Item(answer, item.source, item.keys)
         items.insert(at, item)
         for call_id, index in first_turn.items():  # the turns after it moved one down
             if at <= index < j:
@@ -332,39 +295,56 @@ def _placeholders_in_place(items: list[_Item]) -> list[_Item]:
 
 
 def _positions(items: list[_Item]) -> tuple[list[Placed], int]:
-    """Keys for the merged order: each unit (an anchor, or one side's block) keeps its
-    keys when they fit in order; otherwise the whole unit is re-keyed after the
-    previous one, below the next anchor that still fits."""
-    units: list[list[_Item]] = []
-    for item in items:
-        if units and units[-1][0].unit == item.unit and item.unit[1] != "anchor":
-            units[-1].append(item)
-        else:
-            units.append([item])
+    """Keys for the merged order: the most messages that can keep a key do (a longest
+    run of keys already ascending along the order, a message both hold keeping
+    either side's), the others get keys between their neighbours'. Keys only store
+    the order; which messages keep theirs decides nothing about it, but a message
+    keeps one when it can, so replicas that re-keyed apart settle on one key."""
+    keep = _longest_ascending([item.keys for item in items])
     placed: list[Placed] = []
     rekeyed = 0
-    previous: str | None = None
-    for u, unit in enumerate(units):
-        keys = [item.position for item in unit]
-        upper = None
-        for later in units[u + 1 :]:
-            if later[0].unit[1] == "anchor" and (previous is None or later[0].position > previous):
-                upper = later[0].position
-                break
-        fits = (
-            all(x < y for x, y in itertools.pairwise(keys))
-            and (previous is None or keys[0] > previous)
-            and (upper is None or keys[-1] < upper)
-        )
-        if not fits:
-            keys = keys_between(previous, upper, len(unit))
-            rekeyed += sum(
-                1 for item, key in zip(unit, keys, strict=True) if key != item.entry.position
-            )
-        for item, key in zip(unit, keys, strict=True):
+    i = 0
+    while i < len(items):
+        if i in keep:
+            placed.append(Placed(items[i].entry, keep[i], items[i].source))
+            i += 1
+            continue
+        j = i
+        while j < len(items) and j not in keep:
+            j += 1
+        lower = placed[-1].position if placed else None
+        upper = keep[j] if j < len(items) else None
+        for item, key in zip(items[i:j], keys_between(lower, upper, j - i), strict=True):
             placed.append(Placed(item.entry, key, item.source))
-        previous = keys[-1]
+            rekeyed += int(key != item.entry.position)
+        i = j
     return placed, rekeyed
+
+
+def _longest_ascending(choices: Sequence[tuple[str, ...]]) -> dict[int, str]:
+    """A longest strictly ascending run of keys taking at most one of each item's
+    choices, in order (patience sorting, O(n log n); an item's choices are tried
+    greatest first, so one cannot follow another of the same item): item index ->
+    the key it keeps. Deterministic for a given sequence."""
+    tail_keys: list[str] = []  # the least key ending a run of each length, ascending
+    tails: list[tuple[int, str]] = []  # (item, key) ending it
+    before: dict[tuple[int, str], tuple[int, str] | None] = {}
+    for i, keys in enumerate(choices):
+        for key in sorted(set(keys), reverse=True):
+            k = bisect.bisect_left(tail_keys, key)
+            before[(i, key)] = tails[k - 1] if k else None
+            if k == len(tails):
+                tails.append((i, key))
+                tail_keys.append(key)
+            else:
+                tails[k] = (i, key)
+                tail_keys[k] = key
+    found: dict[int, str] = {}
+    at = tails[-1] if tails else None
+    while at is not None:
+        found[at[0]] = at[1]
+        at = before[at]
+    return found
 
 
 # ------------------------------------------------------------- last writer wins

@@ -1,6 +1,7 @@
-"""Buffers that differ: merged by :func:`flowdrop_local.rules.merge.merge`, healed
-on the first side, copied to the second; edits carry generations, moves their
-counts, and what a merge dropped that was not a duplicate is kept as a conflict."""
+"""Buffers that differ: ordered as every replica orders them (:mod:`.order`),
+merged by :func:`flowdrop_local.rules.merge.merge`, healed on the first side,
+copied to the second; edits carry generations, and what a merge dropped that was
+not a duplicate is kept as a conflict."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ..errors import (
 )
 from ..rules.merge import Entry, Merged, merge
 from .common import Address, Scopes, wall_clock
+from .order import Ordering, record_links, shared_order
 from .report import Report
 from .side import MAX_MESSAGE_CHARS, Side, View, address_problem, digest_of, held_of, summary_of
 from .write import settle, write_merged
@@ -88,9 +90,12 @@ def merge_buffer(
         )
         for side in (first, second)
     }
-    moves = {label: sides[label].moves(rows) for label, rows in before.items()}
+    anchor = read.context[-1] if tail is not None and read.context else None
+    ordering = shared_order((first, second), before, anchor)
+    if ordering is None:  # a new row a third replica placed among the old ones
+        return None
     merged: Merged = merge(
-        before["a"], before["b"], generations["a"], generations["b"], moves["a"], moves["b"]
+        before["a"], before["b"], ordering.order, generations["a"], generations["b"]
     )
     if tail is not None:  # the rows both held stay where they are, the new ones after
         inside = [p.entry.id for p in merged.placed if p.position <= tail[0]]
@@ -99,7 +104,7 @@ def merge_buffer(
     _record_conflicts(merged, address, sides, report)
     report.add("replaced", merged.replaced)
     report.add("edited", merged.edited)
-    final, healed = _write_both(first, second, read, merged, generations, moves, report)
+    final, healed = _write_both(first, second, read, merged, generations, ordering, report)
     _account(address, first, second, before, final, healed, report)
     return _state_after(first, read, final, views[first.label])
 
@@ -168,12 +173,13 @@ def _write_both(
     read: _Read,
     merged: Merged,
     generations: dict[str, dict[str, int]],
-    moves: dict[str, dict[str, int]],
+    ordering: Ordering,
     report: Report,
 ) -> tuple[list[Entry], list[str]]:
     """The merged rows on the first side, healed there (the engine's healing, as an
-    append would), then copied to the second; each side keeps the generations and
-    moves of the versions kept. Returns the rows both now hold and those healed."""
+    append would), then copied to the second; each side keeps the generations of the
+    versions kept, and both every link. Returns the rows both now hold and those
+    healed."""
     sides = {first.label: first, second.label: second}
     before = read.before
     above = 0 if read.tail is None else read.tail[1] - len(read.context)  # older rows
@@ -199,7 +205,7 @@ def _write_both(
         for label in before
     }
     keep_generations((first, second), final, winners)
-    _keep_moves((first, second), before, final, moves)
+    record_links((first, second), final, ordering, whole=not read.start)
     write_merged(
         second,
         second_id,
@@ -297,35 +303,6 @@ def keep_generations(
     if rows:
         for side in sides:
             side.tx.many("sync_version_put", rows)
-
-
-def _keep_moves(
-    sides: Sequence[Side],
-    before: Mapping[str, Sequence[Entry]],
-    final: Sequence[Entry],
-    moves: Mapping[str, Mapping[str, int]],
-) -> None:
-    """Record, on both sides, how many times syncs moved each message to where it now
-    stands: as many as the side it came from had for that position, or one more than
-    either had when this merge moved it (so the move wins against a replica that
-    still holds it where it stood)."""
-    stood = {label: {e.id: e.position for e in rows} for label, rows in before.items()}
-    rows = []
-    for e in final:
-        kept = [
-            moves[label].get(e.id, 0) for label in stood if stood[label].get(e.id) == e.position
-        ]
-        if kept:
-            generation = max(kept)
-        elif any(e.id in where for where in stood.values()):
-            generation = max(moves[label].get(e.id, 0) for label in stood) + 1
-        else:
-            generation = 0  # new here (healed by this sync)
-        if generation:
-            rows.append((e.id, e.position, generation))
-    if rows:
-        for side in sides:
-            side.tx.many("sync_move_put", rows)
 
 
 def _record_conflicts(

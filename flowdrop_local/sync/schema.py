@@ -38,9 +38,11 @@ writes reach them only through the triggers below and the engine's notices
 * ``flowdrop_sync_hlc``: per kind of keyed value, the latest stamp a sync wrote
   here: a deletion a later sync finds is stamped after it (a hybrid logical clock),
   so a value synced with a stamp ahead of the clock cannot outlive its deletion.
-* ``flowdrop_sync_moves``: for a message a sync moved (re-keyed with its block),
-  how many times syncs moved it to the position this store holds: of two
-  positions for one message, the later move wins.
+* ``flowdrop_sync_links``: each message's link (``rules.order``): the message
+  it was written after (``parent``, '' for none) and its rank, made the first time
+  a sync saw it and never changed; kept after the message is deleted, so the
+  messages after it keep their place on every replica (step 3; it replaced
+  ``flowdrop_sync_moves``, the count of times syncs re-keyed a message).
 * ``flowdrop_sync_versions``: for a message edited in place, the generation of the
   version this store holds (1 for the first edit a sync found, and so on): of two
   versions the later generation wins; equal generations are a conflict.
@@ -124,7 +126,19 @@ def schema_steps(postgresql: bool) -> tuple[tuple[str, ...], ...]:
         # could otherwise run inside them: issue 21); on SQLite they are TEMP
         # triggers each connection makes (SQLITE_DELETE_TRIGGERS).
         PG_DELETE_TRIGGERS if postgresql else (),
+        # 3: the order every replica gives a buffer (rules.order): each message's
+        # link, made when a sync first sees it; moves counted per message go.
+        LINK_TABLES,
     )
+
+
+LINK_TABLES: tuple[str, ...] = (
+    "CREATE TABLE IF NOT EXISTS flowdrop_sync_links (id TEXT PRIMARY KEY, "
+    "parent TEXT NOT NULL, rank BIGINT NOT NULL)",
+    # A new child ranks above its parent's children (rules.order.link_new).
+    "CREATE INDEX IF NOT EXISTS flowdrop_sync_links_parent ON flowdrop_sync_links (parent, rank)",
+    "DROP TABLE IF EXISTS flowdrop_sync_moves",
+)
 
 
 # Deletions are recorded when they happen (issue 20): on a store that syncs, every
@@ -354,10 +368,9 @@ SYNC_COMMON: dict[str, str] = {
         "WHERE NOT EXISTS (SELECT 1 FROM flowdrop_sync_retired WHERE peer = ?) "
         "ON CONFLICT (peer) DO NOTHING"
     ),
-    "sync_move_put": (
-        "INSERT INTO flowdrop_sync_moves (id, position, generation) VALUES (?, ?, ?) "
-        "ON CONFLICT (id) DO UPDATE SET position = excluded.position, "
-        "generation = excluded.generation"
+    "sync_link_put": (
+        "INSERT INTO flowdrop_sync_links (id, parent, rank) VALUES (?, ?, ?) "
+        "ON CONFLICT (id) DO UPDATE SET parent = excluded.parent, rank = excluded.rank"
     ),
     "sync_version_put": (
         "INSERT INTO flowdrop_sync_versions (id, fingerprint, generation) VALUES (?, ?, ?) "

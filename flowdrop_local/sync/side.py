@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
@@ -18,6 +19,7 @@ from ..portability import MAX_LINE_CHARS
 from ..positions import is_valid_key
 from ..rules.incoming import normalize
 from ..rules.merge import Entry
+from ..rules.order import ROOT, UNLINKED_END, Link
 from ..rules.pairing import PLACEHOLDER_CONTENT, placeholder_metadata
 from ..store import Store
 from .common import Address, wall_clock
@@ -201,23 +203,33 @@ class Side:
         }
 
     def _counted(self, row: Sequence[Any], what: str) -> int:
-        """A recorded count (an edit's generation, a move's), refused past
+        """A recorded count (an edit's generation, a link's rank), refused past
         :data:`MAX_SYNC_COUNT`: a peer's file could otherwise make the next edit or
-        move overflow, and every later sync fail."""
+        link overflow, and every later sync fail."""
         count = int(row[2])
         if not 0 <= count <= MAX_SYNC_COUNT:
             raise SyncRefused(self.store.path, str(row[0]), f"has an {what} of {count}")
         return count
 
-    def moves(self, entries: Sequence[Entry]) -> dict[str, int]:
-        """How many times syncs moved each of these messages to where it stands here
-        (only those above 0; a row for another position is an older move's)."""
-        stands = {e.id: e.position for e in entries}
-        return {
-            str(row[0]): self._counted(row, "count of moves")
-            for row in self.rows_for("sync_moves_of", stands)
-            if stands.get(str(row[0])) == str(row[1]) and int(row[2])
-        }
+    def links(self, ids: Iterable[str]) -> dict[str, Link]:
+        """The links (``rules.order``) this store holds for these messages; a peer's
+        file is untrusted: a link must name a message id, never its own, and a rank
+        in bounds."""
+        found = {}
+        for row in self.rows_for("sync_links_of", ids):
+            id_, parent = str(row[0]), str(row[1])
+            if (parent, int(row[2])) == UNLINKED_END:
+                found[id_] = UNLINKED_END
+                continue
+            rank = self._counted(row, "order rank")
+            if parent != ROOT and (parent == id_ or not _is_id(parent)):
+                raise SyncRefused(self.store.path, id_, f"has the malformed link {parent[:40]!r}")
+            found[id_] = (parent, rank)
+        return found
+
+    def link_ranks(self, parents: Iterable[str]) -> dict[str, int]:
+        """For each of these messages, the highest rank among its children's links here."""
+        return {str(row[0]): int(row[1]) for row in self.rows_for("sync_link_ranks", parents)}
 
     def tombstoned(self, ids: Iterable[str]) -> set[str]:
         """Which of these message ids this store holds a tombstone for."""
@@ -271,10 +283,18 @@ long; the library's own keys stay under 10 characters in any ordinary history)."
 
 
 MAX_MESSAGE_CHARS: Final = MAX_LINE_CHARS
-# The most edits (or moves) of one message a sync takes as recorded: far beyond any
+# The most edits of one message (or the highest rank) a sync takes as recorded: far beyond any
 # real history, far below where a count overflows.
 MAX_SYNC_COUNT: Final = 2**31
 """The largest content a sync takes: an import's longest line."""
+
+
+def _is_id(text: str) -> bool:
+    """Whether ``text`` is a message id as the library writes it (a UUID, lower case)."""
+    try:
+        return str(uuid.UUID(text)) == text
+    except ValueError:
+        return False
 
 
 def row_problem(entry: Entry) -> str | None:

@@ -52,9 +52,13 @@ SQLITE: dict[str, str] = {
         "SELECT id, fingerprint, generation FROM flowdrop_sync_versions "
         "WHERE id IN (SELECT value FROM json_each(?))"
     ),
-    "sync_moves_of": (
-        "SELECT id, position, generation FROM flowdrop_sync_moves "
+    "sync_links_of": (
+        "SELECT id, parent, rank FROM flowdrop_sync_links "
         "WHERE id IN (SELECT value FROM json_each(?))"
+    ),
+    "sync_link_ranks": (
+        "SELECT parent, max(rank) FROM flowdrop_sync_links "
+        "WHERE parent IN (SELECT value FROM json_each(?)) GROUP BY parent"
     ),
     "sync_light_from": (
         "SELECT id_text(id), position, role, metadata, "
@@ -98,7 +102,8 @@ SQLITE_JSON_ARRAYS = frozenset(
         "sync_where",
         "sync_tombstones_held",
         "sync_versions_of",
-        "sync_moves_of",
+        "sync_links_of",
+        "sync_link_ranks",
         "sync_untombstone",
     }
 )
@@ -139,8 +144,9 @@ POSTGRESQL: dict[str, str] = {
     "sync_versions_of": (
         "SELECT id, fingerprint, generation FROM flowdrop_sync_versions WHERE id = ANY(%s)"
     ),
-    "sync_moves_of": (
-        "SELECT id, position, generation FROM flowdrop_sync_moves WHERE id = ANY(%s)"
+    "sync_links_of": "SELECT id, parent, rank FROM flowdrop_sync_links WHERE id = ANY(%s)",
+    "sync_link_ranks": (
+        "SELECT parent, max(rank) FROM flowdrop_sync_links WHERE parent = ANY(%s) GROUP BY parent"
     ),
     "sync_light_from": (
         f"SELECT id, position, role, metadata, {_PG_CONTENT_MD5}, created_at "

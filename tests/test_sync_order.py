@@ -1,0 +1,317 @@
+"""The one order every replica gives a buffer (rules.order, sync.order): links made
+when a sync first sees a message, read depth first; deleted messages keep their
+place; a peer's links are untrusted; stores synced before links take them."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowdrop_local import Store, SyncRefused, sync
+from flowdrop_local.rules.merge import Entry, merge
+from flowdrop_local.rules.order import (
+    ROOT,
+    UNLINKED_END,
+    Link,
+    link_new,
+    tree_order,
+)
+from flowdrop_local.sync.schema import schema_steps
+from flowdrop_local.syncing import enable
+
+from .conftest import snapshot
+
+K = ("global", "", "k")
+
+# ------------------------------------------------------------------ the tree, pure
+
+# (links, ids wanted, expected order)
+TREES = [
+    pytest.param(
+        {"q": (ROOT, 0), "u": ("q", 0), "r": ("u", 0), "v": ("q", 0)},
+        "qurv",
+        "qurv",
+        id="two blocks after one message: each whole, the lower first id first",
+    ),
+    pytest.param(
+        {"q": (ROOT, 0), "u": ("q", 0), "h": ("q", 1), "r": ("u", 0)},
+        "qhur",
+        "qhur",
+        id="a higher rank reads first: a row placed right after its parent stays there",
+    ),
+    pytest.param(
+        {"q": (ROOT, 0), "x": ("q", 0), "y": ("x", 0), "z": ("q", 0)},
+        "qyz",
+        "qyz",
+        id="a deleted message keeps its place: what followed it stays before z",
+    ),
+    pytest.param(
+        {"q": (ROOT, 0), "y": ("gone", 0)},
+        "qy",
+        "qy",
+        id="a parent no store here holds: hangs from the root",
+    ),
+    pytest.param(
+        {"q": (ROOT, 0), "a": ("b", 0), "b": ("a", 0)},
+        "qab",
+        "qab",
+        id="a cycle (a hostile file) is read after the rest, from its lowest id",
+    ),
+    pytest.param(
+        {"p1": (ROOT, 0), "p2": ("p1", 0), "l": UNLINKED_END, "n": ("l", 0), "z": ("p1", 1)},
+        "p1zp2ln",
+        "p1zp2ln",
+        id="the end of what two stores held unlinked stays after all of it",
+    ),
+]
+
+
+@pytest.mark.parametrize(("links", "wanted", "expected"), TREES)
+def test_the_tree_read_depth_first(links: dict[str, Link], wanted: str, expected: str) -> None:
+    assert tree_order(_ids(wanted, links), links) == _ids(expected, links)
+
+
+def _ids(text: str, links: dict[str, Link]) -> list[str]:
+    """Split a run of one-letter ids, and the two-letter ones the table names."""
+    names = sorted(links, key=len, reverse=True)
+    found = []
+    while text:
+        name = next(n for n in names if text.startswith(n))
+        found.append(name)
+        text = text[len(name) :]
+    return found
+
+
+def test_an_id_without_a_link_is_an_error() -> None:
+    with pytest.raises(ValueError, match="without a link"):
+        tree_order(["q", "x"], {"q": (ROOT, 0)})
+
+
+LINKING = [
+    pytest.param(
+        ["q", "u", "r"], {}, {}, {"q": (ROOT, 0), "u": ("q", 0), "r": ("u", 0)},
+        id="appends at the end: a chain of rank 0",
+    ),
+    pytest.param(
+        ["q", "h", "u"], {"q": (ROOT, 0), "u": ("q", 0)}, {}, {"h": ("q", 1)},
+        id="placed between q and its child u: ranks above u, reads before it",
+    ),
+    pytest.param(
+        ["q", "h"], {"q": (ROOT, 0)}, {"q": 4}, {"h": ("q", 5)},
+        id="above a deleted child the store holds too (its rank read from the store)",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("order", "links", "ranks", "made"), LINKING)
+def test_links_made_from_a_stores_order(
+    order: list[str], links: dict[str, Link], ranks: dict[str, int], made: dict[str, Link]
+) -> None:
+    """Each new link keeps the store's order: the tree reads it back as it stood."""
+    known = dict(links)
+    assert link_new(order, known, list(links.values()), ranks) == made
+    assert tree_order(order, known) == order
+
+
+def test_a_block_another_store_appended_after_the_same_message_does_not_raise_a_rank() -> None:
+    """What the other side holds is left out of the ranks: two blocks appended after q
+    on two stores are both rank 0, and stand by their first ids."""
+    links = {"q": (ROOT, 0), "u": ("q", 0)}  # the other side's block, linked first
+    link_new(["q", "s"], links, [(ROOT, 0)], {})
+    assert links["s"] == ("q", 0)
+
+
+def test_the_merge_takes_the_order_and_keeps_the_most_keys() -> None:
+    """Keys only store the order: the most messages keep a key (a message both hold
+    at two keys, either side's), and the others get keys between their neighbours'."""
+    q = Entry("q", "a0", "user", "{}", "f1", "t")
+    a = [
+        q,
+        Entry("x", "a5", "assistant", "{}", "f2", "t"),
+        Entry("y", "a6", "user", "{}", "f3", "t"),
+    ]
+    b = [
+        q,
+        Entry("x", "a4", "assistant", "{}", "f2", "t"),
+        Entry("z", "a5", "user", "{}", "f4", "t"),
+    ]
+    merged = merge(a, b, ["q", "x", "z", "y"])
+    assert [(p.entry.id, p.position) for p in merged.placed] == [
+        ("q", "a0"), ("x", "a4"), ("z", "a5"), ("y", "a6")
+    ]  # fmt: skip
+    merged = merge(a, b, ["q", "y", "x", "z"])  # keys that no longer ascend: new ones
+    placed = [(p.entry.id, p.position) for p in merged.placed]
+    assert [i for i, _ in placed] == ["q", "y", "x", "z"]
+    keys = [k for _, k in placed]
+    assert keys == sorted(keys) and len(set(keys)) == 4 and merged.rekeyed == 1  # y
+    with pytest.raises(ValueError, match="every message"):
+        merge(a, b, ["q", "x", "y"])
+
+
+# ------------------------------------------------------------------ across stores
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def said(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def stores(tmp_path: Path, count: int) -> list[Store]:
+    first = Store(str(tmp_path / "s0.db"))
+    first.buffer(*K).append(user("q"))
+    enable(first)
+    for n in range(1, count):
+        first.backup(str(tmp_path / f"s{n}.db"))
+    return [first, *(Store(str(tmp_path / f"s{n}.db")) for n in range(1, count))]
+
+
+def order(store: Store) -> list[str]:
+    return [str(m.content) for m in store.buffer(*K).messages()]
+
+
+def test_what_followed_a_deleted_message_keeps_its_place_where_it_never_was(
+    tmp_path: Path,
+) -> None:
+    """a writes x, b answers it (y), a pops x and writes w. c never held x: it takes y
+    from b, then a's deletion of x, and all three read w (written after q when q
+    already had a child, x: so first among q's children) before y (below x)."""
+    a, b, c = stores(tmp_path, 3)
+    a.buffer(*K).append(said("x"))
+    sync(a, b)
+    b.buffer(*K).append(user("y"))
+    a.buffer(*K).pop()
+    a.buffer(*K).append(said("w"))
+    sync(b, c)
+    sync(a, c)
+    sync(a, b)
+    assert order(a) == order(b) == order(c) == ["q", "w", "y"]
+
+
+def test_a_window_does_not_walk_the_deleted_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """a appends through a window of 20, syncing with c as it goes (each row linked
+    while what it followed stood). At message 260, b took the history from c and
+    appended b1, linked at a sync with d. 300 messages later, a and b merge whole:
+    each line up (from a's rows, from b1) climbs until they meet, where b1 was
+    written, and reads no further: the deleted links read are those between, not
+    the history back to its start."""
+    import importlib
+
+    order_module = importlib.import_module("flowdrop_local.sync.order")
+    a, b, c, d = stores(tmp_path, 4)
+    window = a.buffer(*K, window=20)
+    for n in range(150):
+        window.append([user(f"u{n}"), said(f"s{n}")])
+        if n % 5 == 4:
+            sync(a, c)
+        if n == 129:
+            sync(b, c)
+            b.buffer(*K).append(user("b1"))
+            sync(b, d)
+    fetched: list[int] = []
+    real = order_module._fetch
+
+    def counting(sides: Any, ids: list[str], held: Any) -> Any:
+        fetched.append(len(ids))
+        return real(sides, ids, held)
+
+    monkeypatch.setattr(order_module, "_fetch", counting)
+    report = sync(a, b, full=True)
+    assert report.buffers_merged == 1 and len(_links(a.path)) > 250
+    assert 0 < sum(fetched) <= 2 * 20 + 2, fetched  # both lines, the 20 deleted between
+    assert order(a) == order(b) and "b1" in order(a)
+
+
+def _links(path: str) -> dict[str, tuple[str, int]]:
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute("SELECT id, parent, rank FROM flowdrop_sync_links").fetchall()
+    finally:
+        conn.close()
+    return {str(r[0]): (str(r[1]), int(r[2])) for r in rows}
+
+
+def _tamper(path: str, sql: str, *params: object) -> None:
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(sql, params)
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("parent", "rank", "problem"),
+    [
+        ("not an id", 0, "malformed link"),
+        ("self", 0, "malformed link"),
+        ("01a23502-4148-7000-8000-00000000000G", 0, "malformed link"),
+        (ROOT, 2**40, "order rank of"),
+        (ROOT, -2, "order rank of"),
+    ],
+)
+def test_a_peers_bad_link_is_refused(tmp_path: Path, parent: str, rank: int, problem: str) -> None:
+    """A link names a message id (never its own) or the root, with a rank in bounds;
+    anything else is refused, and neither side changes."""
+    a, b = stores(tmp_path, 2)
+    b.buffer(*K).append(said("from b"))
+    sync(a, b)
+    a.buffer(*K).append(user("more"))
+    b.buffer(*K).append(user("more from b"))
+    b.close()
+    last = max(_links(b.path))  # a UUIDv7: the newest linked message
+    _tamper(
+        b.path,
+        "UPDATE flowdrop_sync_links SET parent = ?, rank = ? WHERE id = ?",
+        last if parent == "self" else parent,
+        rank,
+        last,
+    )
+    b = Store(b.path)
+    before = (snapshot(a.path), snapshot(b.path))
+    with pytest.raises(SyncRefused, match=problem):
+        sync(a, b, full=True)
+    assert (snapshot(a.path), snapshot(b.path)) == before
+
+
+def test_a_store_synced_before_links_takes_step_3_and_orders_alike(tmp_path: Path) -> None:
+    """A store at sync schema step 2 (its merges counted moves, no links): its next
+    sync takes step 3 (the moves table goes, links come), and three replicas that
+    synced before links order what they share alike from then on."""
+    a, b, c = stores(tmp_path, 3)
+    a.buffer(*K).append(said("a1"))
+    sync(a, b)
+    for store in (a, b, c):
+        store.close()
+        _tamper(store.path, "DROP TABLE flowdrop_sync_links")
+        _tamper(
+            store.path,
+            "CREATE TABLE flowdrop_sync_moves (id TEXT PRIMARY KEY, "
+            "position TEXT NOT NULL, generation BIGINT NOT NULL)",
+        )
+        _tamper(store.path, "UPDATE flowdrop_sync_schema SET step = 2")
+    a, b, c = (Store(s.path) for s in (a, b, c))
+    a.buffer(*K).append(user("a2"))
+    b.buffer(*K).append(user("b1"))
+    c.buffer(*K).append(user("c1"))
+    sync(a, b)
+    sync(b, c)
+    sync(c, a)
+    sync(a, b)
+    assert order(a) == order(b) == order(c)
+    steps = len(schema_steps(postgresql=False))
+    for store in (a, b, c):
+        conn = sqlite3.connect(store.path)
+        try:
+            assert conn.execute("SELECT step FROM flowdrop_sync_schema").fetchall() == [(steps,)]
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        finally:
+            conn.close()
+        assert "flowdrop_sync_moves" not in tables and "flowdrop_sync_links" in tables
+        assert len(_links(store.path)) == len(order(store))
+        assert store.check() == []
