@@ -5,6 +5,7 @@ place; a peer's links are untrusted; stores synced before links take them."""
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -230,12 +231,16 @@ def test_a_window_does_not_walk_the_deleted_history(
 
 
 def _links(path: str) -> dict[str, tuple[str, int]]:
+    """A store's links as the file holds them (ids as 16 bytes, the root's parent NULL)."""
     conn = sqlite3.connect(path)
     try:
         rows = conn.execute("SELECT id, parent, rank FROM flowdrop_sync_links").fetchall()
     finally:
         conn.close()
-    return {str(r[0]): (str(r[1]), int(r[2])) for r in rows}
+    return {
+        str(uuid.UUID(bytes=r[0])): (ROOT if r[1] is None else str(uuid.UUID(bytes=r[1])), r[2])
+        for r in rows
+    }
 
 
 def _tamper(path: str, sql: str, *params: object) -> None:
@@ -251,11 +256,12 @@ def _tamper(path: str, sql: str, *params: object) -> None:
         ("not an id", 0, "malformed link"),
         ("self", 0, "malformed link"),
         ("01a23502-4148-7000-8000-00000000000G", 0, "malformed link"),
+        (b"\x01" * 15, 0, "malformed link"),
         (ROOT, 2**40, "order rank of"),
         (ROOT, -2, "order rank of"),
     ],
 )
-def test_a_peers_bad_link_is_refused(tmp_path: Path, parent: str, rank: int, problem: str) -> None:
+def test_a_peers_bad_link_is_refused(tmp_path: Path, parent: Any, rank: int, problem: str) -> None:
     """A link names a message id (never its own) or the root, with a rank in bounds;
     anything else is refused, and neither side changes."""
     a, b = stores(tmp_path, 2)
@@ -264,11 +270,12 @@ def test_a_peers_bad_link_is_refused(tmp_path: Path, parent: str, rank: int, pro
     a.buffer(*K).append(user("more"))
     b.buffer(*K).append(user("more from b"))
     b.close()
-    last = max(_links(b.path))  # a UUIDv7: the newest linked message
+    last = uuid.UUID(max(_links(b.path))).bytes  # a UUIDv7: the newest linked message
+    stored: object = last if parent == "self" else parent if parent else None
     _tamper(
         b.path,
         "UPDATE flowdrop_sync_links SET parent = ?, rank = ? WHERE id = ?",
-        last if parent == "self" else parent,
+        stored,
         rank,
         last,
     )

@@ -128,13 +128,25 @@ def schema_steps(postgresql: bool) -> tuple[tuple[str, ...], ...]:
         PG_DELETE_TRIGGERS if postgresql else (),
         # 3: the order every replica gives a buffer (rules.order): each message's
         # link, made when a sync first sees it; moves counted per message go.
-        LINK_TABLES,
+        link_tables(postgresql),
     )
 
 
-LINK_TABLES: tuple[str, ...] = (
-    "CREATE TABLE IF NOT EXISTS flowdrop_sync_links (id TEXT PRIMARY KEY, "
-    "parent TEXT NOT NULL, rank BIGINT NOT NULL)",
+def link_tables(postgresql: bool) -> tuple[str, ...]:
+    """Step 3. A link outlives its message, so its size is what sync costs for every
+    message ever synced: ids as 16 bytes (SQLite, WITHOUT ROWID: kept by id, no
+    rowid beside it) or ``uuid`` (PostgreSQL); ``parent`` NULL for the root."""
+    table = (
+        "CREATE TABLE IF NOT EXISTS flowdrop_sync_links (id uuid PRIMARY KEY, "
+        "parent uuid, rank bigint NOT NULL)"
+        if postgresql
+        else "CREATE TABLE IF NOT EXISTS flowdrop_sync_links (id BLOB PRIMARY KEY, "
+        "parent BLOB, rank INTEGER NOT NULL) WITHOUT ROWID"
+    )
+    return (table, *_LINK_INDEX)
+
+
+_LINK_INDEX: tuple[str, ...] = (
     # A new child ranks above its parent's children (rules.order.link_new).
     "CREATE INDEX IF NOT EXISTS flowdrop_sync_links_parent ON flowdrop_sync_links (parent, rank)",
     "DROP TABLE IF EXISTS flowdrop_sync_moves",
@@ -367,10 +379,6 @@ SYNC_COMMON: dict[str, str] = {
         "INSERT INTO flowdrop_sync_peers (peer, received, synced_at) SELECT ?, 0, ? "
         "WHERE NOT EXISTS (SELECT 1 FROM flowdrop_sync_retired WHERE peer = ?) "
         "ON CONFLICT (peer) DO NOTHING"
-    ),
-    "sync_link_put": (
-        "INSERT INTO flowdrop_sync_links (id, parent, rank) VALUES (?, ?, ?) "
-        "ON CONFLICT (id) DO UPDATE SET parent = excluded.parent, rank = excluded.rank"
     ),
     "sync_version_put": (
         "INSERT INTO flowdrop_sync_versions (id, fingerprint, generation) VALUES (?, ?, ?) "

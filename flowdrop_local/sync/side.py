@@ -228,8 +228,11 @@ class Side:
         return found
 
     def link_ranks(self, parents: Iterable[str]) -> dict[str, int]:
-        """For each of these messages, the highest rank among its children's links here."""
-        return {str(row[0]): int(row[1]) for row in self.rows_for("sync_link_ranks", parents)}
+        """For each of these messages, the highest rank among its children's links here.
+        Not the root's: the root is every buffer's, and no library write puts a
+        message before a buffer's first (its children are those the merge read)."""
+        wanted = [p for p in parents if p != ROOT]
+        return {str(row[0]): int(row[1]) for row in self.rows_for("sync_link_ranks", wanted)}
 
     def tombstoned(self, ids: Iterable[str]) -> set[str]:
         """Which of these message ids this store holds a tombstone for."""

@@ -52,13 +52,20 @@ SQLITE: dict[str, str] = {
         "SELECT id, fingerprint, generation FROM flowdrop_sync_versions "
         "WHERE id IN (SELECT value FROM json_each(?))"
     ),
+    # Links (sync.order): ids as 16 bytes, the root's parent NULL ('' in Python); a
+    # parent that is neither (a damaged file) reads as 'malformed', and is refused.
     "sync_links_of": (
-        "SELECT id, parent, rank FROM flowdrop_sync_links "
-        "WHERE id IN (SELECT value FROM json_each(?))"
+        "SELECT id_text(id), CASE WHEN parent IS NULL THEN '' "
+        "ELSE coalesce(id_text(parent), 'malformed') END, rank FROM flowdrop_sync_links "
+        "WHERE id IN (SELECT id_blob(value) FROM json_each(?))"
     ),
     "sync_link_ranks": (
-        "SELECT parent, max(rank) FROM flowdrop_sync_links "
-        "WHERE parent IN (SELECT value FROM json_each(?)) GROUP BY parent"
+        "SELECT id_text(parent), max(rank) FROM flowdrop_sync_links "
+        "WHERE parent IN (SELECT id_blob(value) FROM json_each(?)) GROUP BY parent"
+    ),
+    "sync_link_put": (
+        "INSERT INTO flowdrop_sync_links (id, parent, rank) VALUES (id_blob(?), id_blob(?), ?) "
+        "ON CONFLICT (id) DO UPDATE SET parent = excluded.parent, rank = excluded.rank"
     ),
     "sync_light_from": (
         "SELECT id_text(id), position, role, metadata, "
@@ -144,9 +151,18 @@ POSTGRESQL: dict[str, str] = {
     "sync_versions_of": (
         "SELECT id, fingerprint, generation FROM flowdrop_sync_versions WHERE id = ANY(%s)"
     ),
-    "sync_links_of": "SELECT id, parent, rank FROM flowdrop_sync_links WHERE id = ANY(%s)",
+    "sync_links_of": (
+        "SELECT id::text, coalesce(parent::text, ''), rank FROM flowdrop_sync_links "
+        "WHERE id = ANY(%s::uuid[])"
+    ),
     "sync_link_ranks": (
-        "SELECT parent, max(rank) FROM flowdrop_sync_links WHERE parent = ANY(%s) GROUP BY parent"
+        "SELECT parent::text, max(rank) FROM flowdrop_sync_links "
+        "WHERE parent = ANY(%s::uuid[]) GROUP BY parent"
+    ),
+    "sync_link_put": (
+        "INSERT INTO flowdrop_sync_links (id, parent, rank) "
+        "VALUES (%s::uuid, nullif(%s, '')::uuid, %s) "
+        "ON CONFLICT (id) DO UPDATE SET parent = excluded.parent, rank = excluded.rank"
     ),
     "sync_light_from": (
         f"SELECT id, position, role, metadata, {_PG_CONTENT_MD5}, created_at "
