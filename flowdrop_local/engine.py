@@ -657,11 +657,14 @@ def _checked_position(place: Placement | None, tail: str | None, index: int) -> 
 #   "edited" (buffer_id): a buffer changed other than by an append at the end;
 #   "restored" (message ids): an import with replace wrote these messages back;
 #   "registers_imported" (kinds): an import wrote memory values or viewer grants
-#   ("memory", "viewer") with the stamps they had.
+#   ("memory", "viewer") with the stamps they had;
+#   "copying" (): the whole store is about to be copied (backup): what a listener
+#   would otherwise make later, and could make apart on the two copies, it makes now.
 _LISTENERS: dict[str, list[Callable[..., Plan]]] = {
     "edited": [],
     "restored": [],
     "registers_imported": [],
+    "copying": [],
 }
 
 

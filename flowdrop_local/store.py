@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlite_utils
 
-from . import _files, memory, search
+from . import _files, engine, memory, search
 from .access import (
     AccessHook,
     ExecutionContext,
@@ -219,7 +219,11 @@ class Store:
             UnsupportedOperation: on PostgreSQL (use ``pg_dump``, or
                 ``flowdrop-local copy`` to a SQLite file).
         """
-        self._backend.backup(_files.checked_path(path, "the backup target"))
+        target = _files.checked_path(path, "the backup target")
+        if not self.read_only and self._backend.kind == "sqlite":
+            with self._backend.write() as tx:  # what the copy must hold alike (sync's links)
+                engine.drive(engine.notify("copying"), tx)
+        self._backend.backup(target)
 
     def export(
         self, address: tuple[str, str, str] | None = None, *, full: bool = False
@@ -306,7 +310,8 @@ class Store:
             check_address_part("scope_id", scope_id, allow_empty=True)
         updated_at, row_id = _FIRST_PAGE if after is None else _read_cursor(after)
         statement = (
-            "conversations_of" if scope is not None and scope_id is not None
+            "conversations_of"
+            if scope is not None and scope_id is not None
             else "conversations_recent"
         )
         with self._backend.read(snapshot=False) as tx:

@@ -322,3 +322,25 @@ def test_a_store_synced_before_links_takes_step_3_and_orders_alike(tmp_path: Pat
         assert "flowdrop_sync_moves" not in tables and "flowdrop_sync_links" in tables
         assert len(_links(store.path)) == len(order(store))
         assert store.check() == []
+
+
+def test_a_backup_and_its_store_hold_the_same_links(tmp_path: Path) -> None:
+    """Found by the four-replica test (seed 833344, now one of its examples): a store
+    and its backup both held messages written since the last sync without links.
+    The store then lost the message before them to a peer's deletion and linked the
+    next one after the message before that; the backup, still holding it, linked it
+    after it: two links for one message, and two replicas ordering what they share
+    apart. A backup now links every message first: both hold the same links."""
+    a, b = stores(tmp_path, 2)
+    a.buffer(*K).append([said("m"), user("a1")])
+    b.buffer(*K).append(user("b1"))
+    sync(a, b)
+    a.buffer(*K).append([said("a2"), user("a3")])
+    a.buffer("global", "", "other").append(user("o1"))
+    a.backup(str(tmp_path / "copy.db"))
+    copy = Store(str(tmp_path / "copy.db"))
+    ids = {m.id for r in a.buffers() for m in a.buffer(r.scope, r.scope_id, r.key).messages()}
+    a.close()
+    copy.close()
+    assert set(_links(a.path)) >= ids
+    assert _links(copy.path) == _links(a.path)

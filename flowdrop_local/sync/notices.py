@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Sequence
 
 from ..engine import Plan, listen
+from .order import link_store
 
 
 def _edited(buffer_id: int) -> Plan:
@@ -35,6 +36,16 @@ def _registers_imported(kinds: Sequence[str]) -> Plan:
             yield "run", "sync_kv_clock_put", (kind, f"import {uuid.uuid4()}")
 
 
+def _copying() -> Plan:
+    """Before a backup: every message gets its link now (sync.order), so the store
+    and its copy hold the same links and order alike; each linking it later from
+    its own order, after deletions apart, could link a message two ways."""
+    synced = yield "one", "sync_tables", ()
+    if synced[0]:
+        yield from link_store()
+
+
 listen("edited", _edited)
 listen("restored", _restored)
 listen("registers_imported", _registers_imported)
+listen("copying", _copying)

@@ -63,6 +63,13 @@ SQLITE: dict[str, str] = {
         "SELECT id_text(parent), max(rank) FROM flowdrop_sync_links "
         "WHERE parent IN (SELECT id_blob(value) FROM json_each(?)) GROUP BY parent"
     ),
+    # Before a backup (sync.order.link_store): the buffers holding a message with no
+    # link (every message, with its id's look-up: a backup reads the file whole).
+    "sync_buffers_unlinked": (
+        "SELECT DISTINCT m.buffer_id FROM messages AS m WHERE NOT EXISTS "
+        "(SELECT 1 FROM flowdrop_sync_links AS l WHERE l.id = m.id) ORDER BY m.buffer_id"
+    ),
+    "sync_ids_in_order": ("SELECT id_text(id) FROM messages WHERE buffer_id = ? ORDER BY position"),
     "sync_link_put": (
         "INSERT INTO flowdrop_sync_links (id, parent, rank) VALUES (id_blob(?), id_blob(?), ?) "
         "ON CONFLICT (id) DO UPDATE SET parent = excluded.parent, rank = excluded.rank"
