@@ -4,6 +4,8 @@
 of N messages in 100 buffers, last written a day ago (``buffers.updated_at`` set back
 before ``syncing.enable``), copied with ``backup``. Then:
 
+* **backup**: the copy is made with ``Store.backup``, which first gives every
+  message its link (the order every replica shares), and the links' size;
 * **first sync**: each copy added NEW messages (spread over 10 buffers) since the copy;
   the pair has never synced, so every buffer's summary is looked at;
 * **again**: a second sync right after (nothing changed);
@@ -85,6 +87,20 @@ def line(name: str, took: float, done: SyncReport, moved: int) -> str:
     )
 
 
+def link_bytes(path: Path) -> int:
+    """The bytes of sync's links and their index (SQLite's dbstat), 0 if unknown."""
+    conn = sqlite3.connect(path)
+    try:
+        row = conn.execute(
+            "SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'flowdrop_sync_links%'"
+        ).fetchone()
+    except sqlite3.Error:
+        return 0
+    finally:
+        conn.close()
+    return int(row[0] or 0)
+
+
 def one_size(n: int, new: int, folder: Path) -> list[str]:
     a = Store(str(folder / "a.db"))
     fill(a, n, "base", range(BUFFERS))
@@ -94,8 +110,11 @@ def one_size(n: int, new: int, folder: Path) -> list[str]:
     conn.close()
     a = Store(str(folder / "a.db"))
     enable(a)
-    a.backup(str(folder / "b.db"))
+    started = time.perf_counter()
+    a.backup(str(folder / "b.db"))  # links every message first (sync.order)
+    backup_took = time.perf_counter() - started
     b = Store(str(folder / "b.db"))
+    links = link_bytes(folder / "b.db")
     fill(a, new, "a", range(10))
     fill(b, new, "b", range(10, 20))
     out = [f"**{n:,} messages** (+{new:,} on each side)", ""]
@@ -104,6 +123,10 @@ def one_size(n: int, new: int, folder: Path) -> list[str]:
         "| buffers looked at / read whole / merged | rows read |",
         "|---|---:|---:|---:|---:|---:|",
     ]
+    out.append(
+        f"| backup, linking every message | {backup_took * 1000:,.0f} ms | "
+        f"links: {links / 1024:,.0f} KiB, {links / n:,.0f} B a message | | | |"
+    )
     out.append(line("first (never synced)", *timed_sync(a, b)))
     out.append(line("again, nothing changed", *timed_sync(a, b)))
     fill(a, new, "a2", range(20, 30))
