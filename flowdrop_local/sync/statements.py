@@ -166,6 +166,11 @@ POSTGRESQL: dict[str, str] = {
         "SELECT parent::text, max(rank) FROM flowdrop_sync_links "
         "WHERE parent = ANY(%s::uuid[]) GROUP BY parent"
     ),
+    "sync_buffers_unlinked": (
+        "SELECT DISTINCT m.buffer_id FROM messages AS m WHERE NOT EXISTS "
+        "(SELECT 1 FROM flowdrop_sync_links AS l WHERE l.id = m.id) ORDER BY m.buffer_id"
+    ),
+    "sync_ids_in_order": "SELECT id::text FROM messages WHERE buffer_id = %s ORDER BY position",
     "sync_link_put": (
         "INSERT INTO flowdrop_sync_links (id, parent, rank) "
         "VALUES (%s::uuid, nullif(%s, '')::uuid, %s) "
