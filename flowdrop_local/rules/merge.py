@@ -87,6 +87,10 @@ class Merged(NamedTuple):
     replaced: int  # placeholders a real result replaced (MEM-10)
     rekeyed: int  # messages given a new position
     edited: int = 0  # messages whose later edit both now hold
+    # Rows made to answer a call in its tool run: (row id, the turn declaring the call).
+    answered: tuple[tuple[str, str], ...] = ()
+    # Placeholders a real result filled in place here (MEM-10): an edit of each.
+    filled: tuple[str, ...] = ()
 
 
 def _metadata(entry: Entry) -> dict[str, Any]:
@@ -167,6 +171,7 @@ def merge(
 
     # The rules, along the merged order.
     kept_items: list[_Item] = []
+    fills: list[str] = []
     declared: dict[str, str] = {}  # call id -> the first turn declaring it
     result_at: dict[str, int] = {}  # call id -> index in kept_items of its result
     for item in items:
@@ -189,6 +194,7 @@ def merge(
                     content_of=item.entry.content_of or item.entry.id,
                 )
                 kept_items[at] = _Item(filled, item.source, standing.keys)
+                fills.append(placeholder.id)
                 replaced += 1
             elif (
                 not standing.healed
@@ -203,9 +209,10 @@ def merge(
             result_at[call_id] = len(kept_items)
         kept_items.append(item)
 
-    merged = _results_before_the_next_user_turn(_placeholders_in_place(kept_items))
+    answered: list[tuple[str, str]] = []
+    merged = _results_before_the_next_user_turn(_placeholders_in_place(kept_items), answered)
     placed, rekeyed = _positions(merged)
-    return Merged(placed, conflicts, replaced, rekeyed, edited)
+    return Merged(placed, conflicts, replaced, rekeyed, edited, tuple(answered), tuple(fills))
 
 
 def _version(
@@ -237,7 +244,9 @@ def _first_turns(items: list[_Item]) -> dict[str, int]:
     return first_turn
 
 
-def _results_before_the_next_user_turn(items: list[_Item]) -> list[_Item]:
+def _results_before_the_next_user_turn(
+    items: list[_Item], answered: list[tuple[str, str]]
+) -> list[_Item]:
     """A call's result that the merge put after a user turn following the call (one
     side held the result before the call, the other the call and a user turn: each
     valid alone) is answered in the call's tool run, where healing would have put a
@@ -248,7 +257,9 @@ def _results_before_the_next_user_turn(items: list[_Item]) -> list[_Item]:
     row takes its content there (its id derived from the result's, so every merge
     that makes it makes the same one), and the result's own row goes; a replica
     still holding it drops it at its next merge, as the call's second, equal
-    result (MEM-1)."""
+    result (MEM-1). The new row stands right after the turn (the link every merge
+    making it gives it, ``rules.order.answered_link``), and goes into
+    ``answered`` with that turn's id."""
     first_turn = _first_turns(items)
     for j in range(len(items)):
         item = items[j]
@@ -256,8 +267,6 @@ def _results_before_the_next_user_turn(items: list[_Item]) -> list[_Item]:
         if turn is None or turn > j or all(x.entry.role != "user" for x in items[turn + 1 : j]):
             continue
         at = turn + 1
-        while at < j and items[at].entry.role == "tool":
-            at += 1
         del items[j]
         answer = item.entry._replace(
             id=answered_in_place_id(item.entry.id),
@@ -265,6 +274,7 @@ def _results_before_the_next_user_turn(items: list[_Item]) -> list[_Item]:
         )
         item = _Item(answer, item.source, item.keys)
         items.insert(at, item)
+        answered.append((answer.id, items[turn].entry.id))
         for call_id, index in first_turn.items():  # the turns after it moved one down
             if at <= index < j:
                 first_turn[call_id] = index + 1

@@ -27,12 +27,11 @@ ROOT: Final = ""
 Link = tuple[str, int]
 """(after, rank): the message written before this one (``ROOT``: none) and its rank."""
 
-UNLINKED_END: Final[Link] = (ROOT, -1)
-"""The link of the last message two stores held alike before either linked any of
-them (synced before links, or copied with ``backup`` and never merged): it hangs
-from the root after every other child there. Those before it get theirs later, in
-order, from the first (rank 0 at the root): so it stays after all of them, and
-what was written after it stays below it, on every replica."""
+MAX_RANK: Final = 2**31
+"""The highest rank: a new child's rank is one above its siblings' but never above
+this (a peer's file could otherwise push every later rank past what a store
+takes). The row a merge makes to answer a call in its tool run takes it (see
+:func:`answered_link`)."""
 
 
 def winner(x: Link, y: Link) -> Link:
@@ -79,7 +78,7 @@ def link_new(
     previous = after
     for id_ in order:
         if id_ not in links:
-            rank = max(top.get(previous, -1), ranks_after.get(previous, -1)) + 1
+            rank = min(max(top.get(previous, -1), ranks_after.get(previous, -1)) + 1, MAX_RANK)
             links[id_] = made[id_] = (previous, rank)
             top[previous] = rank
         previous = id_
@@ -125,6 +124,14 @@ def tree_order(ids: Iterable[str], links: Mapping[str, Link]) -> list[str]:
     if missing:
         raise ValueError(f"{len(missing)} message(s) without a link, e.g. {min(missing)}")
     return found
+
+
+def answered_link(turn: str) -> Link:
+    """The link of the row a merge makes to answer a call in its tool run (its id
+    derived from the result's, so two merges apart may make the same row): right
+    after the turn declaring the call, first among its children, whichever merge
+    made it, so every replica links it alike."""
+    return (turn, MAX_RANK)
 
 
 def parents_of_new(order: Sequence[str], links: Mapping[str, Link], after: str = ROOT) -> set[str]:

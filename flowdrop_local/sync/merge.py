@@ -19,7 +19,16 @@ from ..rules.merge import Entry, Merged, merge
 from .common import Address, Scopes, wall_clock
 from .order import Ordering, record_links, shared_order
 from .report import Report
-from .side import MAX_MESSAGE_CHARS, Side, View, address_problem, digest_of, held_of, summary_of
+from .side import (
+    MAX_MESSAGE_CHARS,
+    MAX_SYNC_COUNT,
+    Side,
+    View,
+    address_problem,
+    digest_of,
+    held_of,
+    summary_of,
+)
 from .write import settle, write_merged
 
 
@@ -204,8 +213,17 @@ def _write_both(
         }
         for label in before
     }
+    # A placeholder this merge filled (MEM-10) is an edit of it, as a fill by an
+    # append is: two results filling one placeholder apart are then one generation
+    # each, a conflict, never one silently over the other.
+    winners["filled"] = {
+        pid: 1 + max(generations[label].get(pid, 0) for label in generations)
+        for pid in merged.filled
+    }
     keep_generations((first, second), final, winners)
-    record_links((first, second), final, ordering, whole=not read.start)
+    record_links(
+        (first, second), final, ordering, whole=not read.start, answered=dict(merged.answered)
+    )
     write_merged(
         second,
         second_id,
@@ -284,7 +302,8 @@ def generations_of(side: Side, entries: Sequence[Entry], held: Mapping[str, str]
             before = 0 if row is None else row[1]
             prefix = held.get(e.id)
             edited = prefix is not None and not e.fingerprint.startswith(prefix)
-            generation = before + 1 if edited else (0 if row is None else before)
+            kept = 0 if row is None else before
+            generation = min(before + 1, MAX_SYNC_COUNT) if edited else kept
         if generation:
             found[e.id] = generation
     return found
@@ -314,7 +333,7 @@ def _record_conflicts(
     now = wall_clock()
     rows = []
     for conflict in merged.conflicts:
-        holder = sides[conflict.dropped_side]
+        holder = sides["a" if conflict.dropped_side == "ab" else conflict.dropped_side]
         content, parts = holder.contents([conflict.dropped.id])[conflict.dropped.id]
         message = {
             "id": conflict.dropped.id,

@@ -13,8 +13,8 @@ from ..engine import Plan
 from ..rules.merge import Entry
 from ..rules.order import (
     ROOT,
-    UNLINKED_END,
     Link,
+    answered_link,
     combine,
     link_new,
     parents_of_new,
@@ -52,7 +52,7 @@ def shared_order(
     links = combine(*held.values())
     context = [] if anchor is None else every[: every.index(anchor) + 1]
     if anchor is not None and anchor not in links:
-        links[anchor] = UNLINKED_END  # both held it before either linked a message
+        return None  # both held it before either linked a message (synced before links)
     for side in sides:
         own = [e.id for e in before[side.label]]
         after = ROOT
@@ -163,13 +163,24 @@ def _climb_to(
 
 
 def record_links(
-    sides: Sequence[Side], final: Sequence[Entry], ordering: Ordering, *, whole: bool
+    sides: Sequence[Side],
+    final: Sequence[Entry],
+    ordering: Ordering,
+    *,
+    whole: bool,
+    answered: Mapping[str, str],
 ) -> None:
-    """Give what the merge made (healed rows, results answered in place) their links,
-    from the merged order, and write on each side every link it lacks or holds
-    otherwise. ``whole``: ``final`` is the whole buffer (else it starts at a row
-    both sides held, which is linked)."""
+    """Give what the merge made its links: a row answering a call in its tool run
+    (``answered``: its id -> the turn declaring the call) the one every merge making
+    it gives it; healed rows theirs from the merged order. Then write on each side
+    every link it lacks or holds otherwise, and the links of the ancestors those
+    name that it lacks (a deleted message's, say): a store holding a link holds its
+    ancestors', so it never reads a message as hanging from the root for want of
+    its parent's. ``whole``: ``final`` is the whole buffer (else it starts at a row
+    both sides held)."""
     links = ordering.links
+    for id_, turn in answered.items():
+        links.setdefault(id_, answered_link(turn))
     order = [e.id for e in final]
     after = ROOT
     if not whole:  # from the first row with a link (older unlinked ones wait for a whole merge)
@@ -179,9 +190,20 @@ def record_links(
     link_new(order, links, links.values(), ranks, after)
     for side in sides:
         own = ordering.held[side.label]
-        rows = [(i, *link) for i, link in links.items() if own.get(i) != link]
+        rows = {i: link for i, link in links.items() if own.get(i) != link}
+        have = set(own) | set(rows)
+        wanted = {link[0] for link in rows.values()} - have - {ROOT}
+        while wanted:
+            have |= side.links(sorted(wanted)).keys()
+            missing = sorted(wanted - have)
+            if not missing:
+                break
+            found = _fetch(sides, missing, ordering.held)
+            rows.update({i: found[i] for i in missing if i in found})
+            have |= found.keys()
+            wanted = {found[i][0] for i in missing if i in found} - have - {ROOT}
         if rows:
-            side.tx.many("sync_link_put", rows)
+            side.tx.many("sync_link_put", [(i, *link) for i, link in rows.items()])
 
 
 def link_store() -> Plan:

@@ -19,7 +19,7 @@ from ..portability import MAX_LINE_CHARS
 from ..positions import is_valid_key
 from ..rules.incoming import normalize
 from ..rules.merge import Entry
-from ..rules.order import ROOT, UNLINKED_END, Link
+from ..rules.order import MAX_RANK, ROOT, Link
 from ..rules.pairing import PLACEHOLDER_CONTENT, placeholder_metadata
 from ..store import Store
 from .common import Address, wall_clock
@@ -218,9 +218,6 @@ class Side:
         found = {}
         for row in self.rows_for("sync_links_of", ids):
             id_, parent = str(row[0]), str(row[1])
-            if (parent, int(row[2])) == UNLINKED_END:
-                found[id_] = UNLINKED_END
-                continue
             rank = self._counted(row, "order rank")
             if parent != ROOT and (parent == id_ or not _is_id(parent)):
                 raise SyncRefused(self.store.path, id_, f"has the malformed link {parent[:40]!r}")
@@ -288,7 +285,7 @@ long; the library's own keys stay under 10 characters in any ordinary history)."
 MAX_MESSAGE_CHARS: Final = MAX_LINE_CHARS
 # The most edits of one message (or the highest rank) a sync takes as recorded: far beyond any
 # real history, far below where a count overflows.
-MAX_SYNC_COUNT: Final = 2**31
+MAX_SYNC_COUNT: Final = MAX_RANK
 """The largest content a sync takes: an import's longest line."""
 
 
