@@ -208,18 +208,5 @@ def record_links(
 
 def link_store() -> Plan:
     """Give every message of the store that has no link one, from the store's order
-    (as a merge of each buffer would). A plan, run in one transaction."""
-    for (buffer_id,) in (yield "all", "sync_buffers_unlinked", ()):
-        order = [str(row[0]) for row in (yield "all", "sync_ids_in_order", (buffer_id,))]
-        links: dict[str, Link] = {}
-        for start in range(0, len(order), 500):
-            for row in (yield "all", "sync_links_of", (order[start : start + 500],)):
-                links[str(row[0])] = (str(row[1]), int(row[2]))
-        parents = sorted(parents_of_new(order, links) - {ROOT})
-        ranks = {}
-        for start in range(0, len(parents), 500):
-            for row in (yield "all", "sync_link_ranks", (parents[start : start + 500],)):
-                ranks[str(row[0])] = int(row[1])
-        made = link_new(order, links, list(links.values()), ranks)
-        if made:
-            yield "many", "sync_link_put", [(i, *link) for i, link in made.items()]
+    (as a merge of each buffer would): one statement (``sync_link_everything``)."""
+    yield "run", "sync_link_everything", ()

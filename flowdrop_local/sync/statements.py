@@ -63,13 +63,18 @@ SQLITE: dict[str, str] = {
         "SELECT id_text(parent), max(rank) FROM flowdrop_sync_links "
         "WHERE parent IN (SELECT id_blob(value) FROM json_each(?)) GROUP BY parent"
     ),
-    # Before a backup (sync.order.link_store): the buffers holding a message with no
-    # link (every message, with its id's look-up: a backup reads the file whole).
-    "sync_buffers_unlinked": (
-        "SELECT DISTINCT m.buffer_id FROM messages AS m WHERE NOT EXISTS "
-        "(SELECT 1 FROM flowdrop_sync_links AS l WHERE l.id = m.id) ORDER BY m.buffer_id"
+    # Before a backup (sync.order.link_store): every message with no link gets one,
+    # after the message before it, ranked above that message's children (rules.order
+    # link_new's rule, in one statement: a row before it with no link gets one in
+    # the same statement and has no children, so rank 0). SQLite reads what the
+    # INSERT reads before it writes (it is reading its own table).
+    "sync_link_everything": (
+        "INSERT INTO flowdrop_sync_links (id, parent, rank) "
+        "SELECT o.id, o.prev, coalesce((SELECT max(l.rank) + 1 FROM flowdrop_sync_links AS l "
+        "WHERE l.parent = o.prev), 0) FROM (SELECT m.id, lag(m.id) OVER "
+        "(PARTITION BY m.buffer_id ORDER BY m.position) AS prev FROM messages AS m) AS o "
+        "WHERE NOT EXISTS (SELECT 1 FROM flowdrop_sync_links AS k WHERE k.id = o.id)"
     ),
-    "sync_ids_in_order": ("SELECT id_text(id) FROM messages WHERE buffer_id = ? ORDER BY position"),
     "sync_link_put": (
         "INSERT INTO flowdrop_sync_links (id, parent, rank) VALUES (id_blob(?), id_blob(?), ?) "
         "ON CONFLICT (id) DO UPDATE SET parent = excluded.parent, rank = excluded.rank"
@@ -166,11 +171,13 @@ POSTGRESQL: dict[str, str] = {
         "SELECT parent::text, max(rank) FROM flowdrop_sync_links "
         "WHERE parent = ANY(%s::uuid[]) GROUP BY parent"
     ),
-    "sync_buffers_unlinked": (
-        "SELECT DISTINCT m.buffer_id FROM messages AS m WHERE NOT EXISTS "
-        "(SELECT 1 FROM flowdrop_sync_links AS l WHERE l.id = m.id) ORDER BY m.buffer_id"
+    "sync_link_everything": (
+        "INSERT INTO flowdrop_sync_links (id, parent, rank) "
+        "SELECT o.id, o.prev, coalesce((SELECT max(l.rank) + 1 FROM flowdrop_sync_links AS l "
+        "WHERE l.parent = o.prev), 0) FROM (SELECT m.id, lag(m.id) OVER "
+        "(PARTITION BY m.buffer_id ORDER BY m.position) AS prev FROM messages AS m) AS o "
+        "WHERE NOT EXISTS (SELECT 1 FROM flowdrop_sync_links AS k WHERE k.id = o.id)"
     ),
-    "sync_ids_in_order": "SELECT id::text FROM messages WHERE buffer_id = %s ORDER BY position",
     "sync_link_put": (
         "INSERT INTO flowdrop_sync_links (id, parent, rank) "
         "VALUES (%s::uuid, nullif(%s, '')::uuid, %s) "
