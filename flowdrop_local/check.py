@@ -18,7 +18,12 @@ import attrs
 from ._ids import id_text
 from ._schema import schema_problems
 from .positions import is_valid_key
-from .rules.pairing import PLACEHOLDER_CONTENT, declared_call_ids, placeholder_metadata
+from .rules.pairing import (
+    PLACEHOLDER_CONTENT,
+    declared_call_ids,
+    marked_healed,
+    placeholder_metadata,
+)
 
 
 @attrs.frozen
@@ -297,7 +302,7 @@ def check_rows(
 
     # Placeholders: exact shape, and in the tool run right after their declaring turn.
     for i, (id_, _, role, metadata) in enumerate(rows):
-        if role != "tool" or metadata.get("healed") is not True:
+        if not marked_healed(role, metadata):
             continue
         call_id = metadata.get("tool_call_id")
         content = contents[id_]

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 from cattrs.preconf.json import make_converter
 
-from .rules.pairing import call_id_of, is_usable_call_id
+from .rules.pairing import call_id_of, is_usable_call_id, marked_healed
 
 
 @attrs.frozen
@@ -74,7 +74,7 @@ class Message:
     @property
     def healed(self) -> bool:
         """True for a synthetic placeholder inserted by healing (MEM-3)."""
-        return self.metadata.get("healed") is True
+        return marked_healed(self.role, self.metadata)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``{"role", "content", "metadata"}`` shape that ``Buffer.read`` returns."""

@@ -366,7 +366,7 @@ def _plain_request_part(
     if message.role == "tool":
         call_id = str(message.metadata.get("tool_call_id"))
         call, call_time = calls.get(call_id, ({"tool_name": UNNAMED_TOOL}, stamp))
-        if message.metadata.get("healed") is True:
+        if message.healed:
             return {
                 "part_kind": "tool-return",
                 "tool_name": call.get("tool_name", UNNAMED_TOOL),

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..positions import keys_between
-from .pairing import declared_call_ids, judge_result, repeats_known_calls
+from .pairing import declared_call_ids, judge_result, marked_healed, repeats_known_calls
 
 
 class Entry(NamedTuple):
@@ -107,7 +107,7 @@ def _call_id(entry: Entry, metadata: dict[str, Any]) -> str | None:
 
 
 def _healed(entry: Entry, metadata: dict[str, Any]) -> bool:
-    return entry.role == "tool" and metadata.get("healed") is True
+    return marked_healed(entry.role, metadata)
 
 
 class _Item:

@@ -65,14 +65,16 @@ def placeholder_message(call_id: str) -> dict[str, Any]:
     }
 
 
+def marked_healed(role: object, metadata: object) -> bool:
+    """The one test of "is this a placeholder healing inserted (MEM-3)": a ``tool``
+    message whose metadata has ``healed`` true. Whether its shape is a placeholder's
+    exactly is the checks' question (``check``, an import, a sync's peer rows)."""
+    return role == "tool" and isinstance(metadata, Mapping) and metadata.get("healed") is True
+
+
 def is_placeholder(message: Mapping[str, Any]) -> bool:
-    """True for a tool message marked healed (``metadata.healed is True``)."""
-    metadata = message.get("metadata")
-    return (
-        message.get("role") == "tool"
-        and isinstance(metadata, Mapping)
-        and metadata.get("healed") is True
-    )
+    """:func:`marked_healed` of a message dict."""
+    return marked_healed(message.get("role"), message.get("metadata"))
 
 
 def repeats_known_calls(declared: Sequence[str], known: Collection[str]) -> bool:
