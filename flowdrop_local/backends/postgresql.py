@@ -64,8 +64,8 @@ from ..errors import (
 from ..sync import statements as sync_statements
 from ..sync.schema import (
     NEWEST_STAMP,
-    PG_DELETE_TRIGGERS,
     PG_STORE_CLOCK,
+    pg_delete_triggers,
 )
 from .base import Backend, Durability, Tx
 from .postgresql_trust import (
@@ -124,7 +124,7 @@ def _epoch(stamp: str) -> str:
 _EDITED = (
     f"updated_at = greatest({STORE_CLOCK}, CASE WHEN updated_at ~ {_STAMP} THEN "
     "to_char((updated_at::timestamptz + interval '1 millisecond') AT TIME ZONE 'UTC', "
-    " 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') END)"
+    ' \'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"\') END)'
 )
 # A buffer's count: the tally of its last row (postgresql.sql), NULL when it is empty.
 _TALLY = "SELECT tally FROM messages WHERE buffer_id = {} ORDER BY position DESC LIMIT 1"
@@ -1282,7 +1282,8 @@ def schema_violations_of(triggers: set[str], indexes: set[str]) -> list[Violatio
         for name in sorted(search - triggers):
             found.append(Violation("schema", f"trigger {name} of the search index is missing"))
     # Offline sync's, which record deletions, once a sync made them (sync/schema.py).
-    synced = frozenset(re.findall(r"OR REPLACE TRIGGER (\w+)", " ".join(PG_DELETE_TRIGGERS)))
+    texts = " ".join(pg_delete_triggers(kinds=True))
+    synced = frozenset(re.findall(r"OR REPLACE TRIGGER (\w+)", texts))
     if triggers & synced:
         for name in sorted(synced - triggers):
             found.append(Violation("schema", f"trigger {name} of offline sync is missing"))

@@ -37,7 +37,7 @@ import attrs
 
 from ..check import Violation
 from ..errors import NotADatabase
-from ..sync.schema import PG_DELETE_TRIGGERS, SCHEMA_TABLE, SYNC_TABLES
+from ..sync.schema import SCHEMA_TABLE, SYNC_TABLES, pg_delete_triggers
 
 # Transaction-local: a pooled connection goes back with its own path.
 PIN_SQL = "SELECT pg_catalog.set_config('search_path', %s, true)"
@@ -120,7 +120,7 @@ _TABLE = re.compile(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", re.I)
 @functools.cache
 def triggers() -> dict[tuple[str, str], str]:
     """(table, trigger) -> the function it runs, for every trigger of ours (sync's too)."""
-    texts = (_sql("postgresql.sql"), _sql("postgresql_search.sql"), *PG_DELETE_TRIGGERS)
+    texts = (_sql("postgresql.sql"), _sql("postgresql_search.sql"), *pg_delete_triggers(kinds=True))
     return {
         (table, trigger): function
         for text in texts

@@ -55,10 +55,10 @@ from ..errors import (
 from ..sync import statements as sync_statements
 from ..sync.schema import (
     NEWEST_STAMP,
-    SQLITE_DELETE_TRIGGERS,
     SQLITE_STORE_CLOCK,
     adopt_copy,
     content_md5,
+    sqlite_delete_triggers,
 )
 from ..sync.statements import SQLITE_JSON_ARRAYS
 from .base import Backend, Durability, Tx
@@ -822,13 +822,15 @@ class SqliteBackend(Backend):
     def _arm_sync(self, conn: sqlite3.Connection) -> None:
         """Inside a write: once the store syncs (its sync tables exist, made by any
         connection, this one's open included), this connection's TEMP triggers
-        record every deletion and rename it makes (sync.schema.SQLITE_DELETE_TRIGGERS).
+        record every deletion and rename it makes (sync.schema.sqlite_delete_triggers),
+        saying each tombstone's kind once the store took sync's step 4.
         Checked again only when the file's schema changed: one pragma a write."""
         schema = conn.execute("PRAGMA main.schema_version").fetchone()[0]
         if schema == self._armed_at:
             return
         if conn.execute(SQL["sync_tables"]).fetchone()[0]:
-            for ddl in SQLITE_DELETE_TRIGGERS:
+            kinds = bool(conn.execute(SQL["sync_tombstone_kinds"]).fetchone()[0])
+            for ddl in sqlite_delete_triggers(kinds):
                 conn.execute(ddl)
         self._armed_at = schema
 

@@ -19,9 +19,13 @@ makes; the single definition of a declared call's id is
 * MEM-2: an assistant turn whose declared call ids are all declared by an earlier
   turn is dropped (recorded as a conflict, so its text is not silently lost).
 * MEM-10: a real result for a call whose result so far is a healed placeholder
-  replaces it in place, as an append does: the placeholder's row (its id and
-  position) takes the result's content, and the result's own row goes. No
-  message moves, so every replica orders the merged history alike.
+  replaces it: the placeholder goes, and the result answers the call where it
+  stands, or, standing after a user turn, in the turn's tool run (below). The
+  result keeps its own row: a placeholder's id never takes another message's
+  content in a merge, so a deletion of the placeholder elsewhere never reaches
+  the result, and a deletion of the result reaches every row holding it
+  (``sync.tombstones``). No message moves, so every replica orders the merged
+  history alike.
 * MEM-1: a second result for a call is dropped: a placeholder silently, an equal
   result silently, a different real result as a conflict (the first in merged
   order is kept).
@@ -43,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..positions import keys_between
+from .order import MAX_RANK, ROOT, Link
 from .pairing import declared_call_ids, judge_result, marked_healed, repeats_known_calls
 
 
@@ -89,8 +94,6 @@ class Merged(NamedTuple):
     edited: int = 0  # messages whose later edit both now hold
     # Rows made to answer a call in its tool run: (row id, the turn declaring the call).
     answered: tuple[tuple[str, str], ...] = ()
-    # Placeholders a real result filled in place here (MEM-10): an edit of each.
-    filled: tuple[str, ...] = ()
 
 
 def _metadata(entry: Entry) -> dict[str, Any]:
@@ -131,10 +134,13 @@ def merge(
     order: Sequence[str],
     generation_a: Mapping[str, int] | None = None,
     generation_b: Mapping[str, int] | None = None,
+    links: Mapping[str, Link] | None = None,
 ) -> Merged:
     """The history both sides hold after a sync; symmetric in ``a`` and ``b``
     (up to the ``source`` labels). ``order``: every id of ``a`` and ``b`` once, in
-    the order all replicas give them (:func:`~flowdrop_local.rules.order.tree_order`).
+    the order all replicas give them (:func:`~flowdrop_local.rules.order.tree_order`
+    of ``links``, which a row the merge makes is placed by too: without them, right
+    after the turn it answers).
     ``generation_a``/``generation_b``: for a message the two sides hold in two
     versions, the generation of each side's (how many edits made it; see
     :func:`_version`)."""
@@ -170,8 +176,8 @@ def merge(
         items.append(_Item(kept, source, (by_a[id_].position, by_b[id_].position)))
 
     # The rules, along the merged order.
-    kept_items: list[_Item] = []
-    fills: list[str] = []
+    kept_items: list[_Item | None] = []  # None: a placeholder a real result replaced
+    replacing: set[str] = set()  # those real results
     declared: dict[str, str] = {}  # call id -> the first turn declaring it
     result_at: dict[str, int] = {}  # call id -> index in kept_items of its result
     for item in items:
@@ -185,17 +191,13 @@ def merge(
         if call_id is not None and call_id in result_at:
             at = result_at[call_id]
             standing = kept_items[at]
-            if judge_result(standing.healed, item.healed) == "replaces":  # MEM-10: in place
-                placeholder = standing.entry
-                filled = item.entry._replace(
-                    id=placeholder.id,
-                    position=placeholder.position,
-                    created_at=placeholder.created_at,
-                    content_of=item.entry.content_of or item.entry.id,
-                )
-                kept_items[at] = _Item(filled, item.source, standing.keys)
-                fills.append(placeholder.id)
+            assert standing is not None
+            if judge_result(standing.healed, item.healed) == "replaces":  # MEM-10
+                kept_items[at] = None  # the result stands for the call from here on
+                replacing.add(item.entry.id)
                 replaced += 1
+                result_at[call_id] = len(kept_items)
+                kept_items.append(item)
             elif (
                 not standing.healed
                 and not item.healed
@@ -210,9 +212,10 @@ def merge(
         kept_items.append(item)
 
     answered: list[tuple[str, str]] = []
-    merged = _results_before_the_next_user_turn(_placeholders_in_place(kept_items), answered)
+    present = _placeholders_in_place([item for item in kept_items if item is not None])
+    merged = _results_before_the_next_user_turn(present, answered, dict(links or {}), replacing)
     placed, rekeyed = _positions(merged)
-    return Merged(placed, conflicts, replaced, rekeyed, edited, tuple(answered), tuple(fills))
+    return Merged(placed, conflicts, replaced, rekeyed, edited, tuple(answered))
 
 
 def _version(
@@ -245,40 +248,83 @@ def _first_turns(items: list[_Item]) -> dict[str, int]:
 
 
 def _results_before_the_next_user_turn(
-    items: list[_Item], answered: list[tuple[str, str]]
+    items: list[_Item],
+    answered: list[tuple[str, str]],
+    links: dict[str, Link],
+    replacing: set[str],
 ) -> list[_Item]:
     """A call's result that the merge put after a user turn following the call (one
     side held the result before the call, the other the call and a user turn: each
     valid alone) is answered in the call's tool run, where healing would have put a
-    placeholder (MEM-3): a user turn never follows a call answered only later.
+    placeholder (MEM-3): a user turn never follows a call answered only later. So
+    is a result that replaced the call's placeholder (``replacing``) and stands
+    outside the run: it takes the placeholder's place there, next to its call
+    (MEM-10).
 
     The result is not moved: another replica may hold it where it stood, and a
     message two replicas hold stands in the same order on both, for ever. A new
     row takes its content there (its id derived from the result's, so every merge
     that makes it makes the same one), and the result's own row goes; a replica
     still holding it drops it at its next merge, as the call's second, equal
-    result (MEM-1). The new row stands right after the turn (the link every merge
-    making it gives it, ``rules.order.answered_link``), and goes into
-    ``answered`` with that turn's id."""
+    result (MEM-1). The new row stands where its link puts it (the one every merge
+    making it gives it, ``rules.order.answered_link``: first among the turn's
+    children; :func:`_slot_of_answer`), and goes into ``answered`` with that turn's
+    id."""
     first_turn = _first_turns(items)
+    made: set[str] = set()
     for j in range(len(items)):
         item = items[j]
         turn = first_turn.get(item.call_id or "")
-        if turn is None or turn > j or all(x.entry.role != "user" for x in items[turn + 1 : j]):
+        if turn is None or turn > j or item.entry.id in made:
             continue
-        at = turn + 1
+        between = {x.entry.role for x in items[turn + 1 : j]}
+        if not (between - {"tool"} if item.entry.id in replacing else between & {"user"}):
+            continue
         del items[j]
         answer = item.entry._replace(
             id=answered_in_place_id(item.entry.id),
             content_of=item.entry.content_of or item.entry.id,
         )
-        item = _Item(answer, item.source, item.keys)
-        items.insert(at, item)
-        answered.append((answer.id, items[turn].entry.id))
+        turn_id = items[turn].entry.id
+        at = _slot_of_answer(items, turn, answer.id, links)
+        items.insert(at, _Item(answer, item.source, item.keys))
+        links[answer.id] = (turn_id, MAX_RANK)
+        made.add(answer.id)
+        answered.append((answer.id, turn_id))
         for call_id, index in first_turn.items():  # the turns after it moved one down
             if at <= index < j:
                 first_turn[call_id] = index + 1
     return items
+
+
+def _slot_of_answer(items: list[_Item], turn: int, answer: str, links: Mapping[str, Link]) -> int:
+    """Where the tree order (:func:`~flowdrop_local.rules.order.tree_order`) puts a
+    row answering a call of ``items[turn]``: after the rows answering its calls
+    already (linked alike, first among its children) whose ids are lower, each
+    with what descends from it; so two answers of one turn stand as every later
+    merge reads them, whichever was made first. ``items`` are in tree order."""
+    parent = items[turn].entry.id
+    at = turn + 1
+    while at < len(items):
+        child = _child_on_the_way(items[at].entry.id, parent, links)
+        if child is None or links.get(child) != (parent, MAX_RANK) or child > answer:
+            break
+        at += 1
+    return at
+
+
+def _child_on_the_way(id_: str, ancestor: str, links: Mapping[str, Link]) -> str | None:
+    """The child of ``ancestor`` that ``id_`` descends from (itself, if a child),
+    or None if it does not descend from it (as far as ``links`` tell)."""
+    node = id_
+    for _ in range(len(links) + 1):  # a cycle (a hostile file) ends the walk
+        link = links.get(node)
+        if link is None or link[0] == ROOT:
+            return None
+        if link[0] == ancestor:
+            return node
+        node = link[0]
+    return None
 
 
 _ANSWERED_IN_PLACE = uuid.UUID("6f1d0c6e-3b5a-4c1e-9a7d-2f0e8b4c5d1a")

@@ -16,7 +16,7 @@ from ..rules.merge import Version, latest, stamp
 from .common import Address, Scopes
 from .registers import ceiling_of
 from .report import Report
-from .side import Side
+from .side import Side, deletion_kind
 
 
 class Conversation(NamedTuple):
@@ -108,9 +108,9 @@ def sync_conversations(
             row = found.row  # as read before the tombstones: its id, title and metadata stand
             if winner.deleted:
                 if row is not None:
-                    ids = [e.id for e in side.entries(int(row[0]))]
-                    dead = side.tombstoned(ids)
-                    side.tombstone([(id_, address) for id_ in ids if id_ not in dead])
+                    gone = side.entries(int(row[0]))
+                    kinds = [(e.id, address, deletion_kind(e, by_merge=False)) for e in gone]
+                    side.tombstone(kinds)
                     side.tx.run("delete_buffer", (int(row[0]),))
                     side.views.pop(address, None)
                     report.add(f"conversations_deleted_on_{side.label}", 1)

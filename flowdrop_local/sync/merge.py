@@ -19,12 +19,14 @@ from ..rules.merge import Entry, Merged, merge
 from .common import Address, Scopes, wall_clock
 from .order import Ordering, record_links, shared_order
 from .report import Report
+from .schema import DELETED_PLACEHOLDER
 from .side import (
     MAX_MESSAGE_CHARS,
     MAX_SYNC_COUNT,
     Side,
     View,
     address_problem,
+    deletion_kind,
     digest_of,
     held_of,
     summary_of,
@@ -104,7 +106,12 @@ def merge_buffer(
     if ordering is None:  # a new row a third replica placed among the old ones
         return None
     merged: Merged = merge(
-        before["a"], before["b"], ordering.order, generations["a"], generations["b"]
+        before["a"],
+        before["b"],
+        ordering.order,
+        generations["a"],
+        generations["b"],
+        ordering.links,
     )
     if tail is not None:  # the rows both held stay where they are, the new ones after
         inside = [p.entry.id for p in merged.placed if p.position <= tail[0]]
@@ -151,15 +158,20 @@ def _deleted_elsewhere(
     address: Address, first: Side, second: Side, before: dict[str, list[Entry]], report: Report
 ) -> bool:
     """A message one side holds and the other deleted (its tombstone was compacted on
-    a third store that took the message back, say) is deleted, never sent. Whether
-    any was (then the buffer is read again, whole)."""
+    a third store that took the message back, say) is deleted, never sent; but a
+    real result is not deleted by a placeholder's tombstone (it replaced the
+    placeholder in place, MEM-10, where the deletion had not reached): it is sent.
+    Whether any was deleted (then the buffer is read again, whole)."""
     held_ids = {label: {e.id for e in rows} for label, rows in before.items()}
     dropped = False
     for holder, other in ((first, second), (second, first)):
-        alone = [i for i in held_ids[holder.label] if i not in held_ids[other.label]]
-        for id_ in sorted(other.tombstoned(alone)):
+        rows = {e.id: e for e in before[holder.label] if e.id not in held_ids[other.label]}
+        dead = other.tombstoned(rows)
+        for id_, kind in sorted(dead.items()):
+            if kind == DELETED_PLACEHOLDER and deletion_kind(rows[id_], by_merge=False) != kind:
+                continue
             if drive(remove_message(id_, heal_now=False), holder.tx):
-                holder.tombstone([(id_, address)])
+                holder.tombstone([(id_, address, kind)])
                 report.add(f"deleted_on_{holder.label}", 1)
                 dropped = True
     return dropped
@@ -213,13 +225,6 @@ def _write_both(
         }
         for label in before
     }
-    # A placeholder this merge filled (MEM-10) is an edit of it, as a fill by an
-    # append is: two results filling one placeholder apart are then one generation
-    # each, a conflict, never one silently over the other.
-    winners["filled"] = {
-        pid: 1 + max(generations[label].get(pid, 0) for label in generations)
-        for pid in merged.filled
-    }
     keep_generations((first, second), final, winners)
     record_links(
         (first, second), final, ordering, whole=not read.start, answered=dict(merged.answered)
@@ -248,11 +253,16 @@ def _account(
     report counts what each side lost, received and re-keyed."""
     kept = {e.id for e in final}
     for side in (first, second):
-        removed = [e.id for e in before[side.label] if e.id not in kept]
-        report.add(f"deleted_on_{side.label}", len(removed))
-    removed_all = sorted({e.id for side in before.values() for e in side} - kept)
+        lost = sum(1 for e in before[side.label] if e.id not in kept)
+        report.add(f"deleted_on_{side.label}", lost)
+    removed: dict[str, int] = {}  # id -> the tombstone's kind: the stronger of its rows'
+    for rows in before.values():
+        for e in rows:
+            if e.id not in kept:
+                kind = deletion_kind(e, by_merge=True)
+                removed[e.id] = min(kind, removed.get(e.id, kind))
     for side in (first, second):
-        side.tombstone([(id_, address) for id_ in removed_all])
+        side.tombstone([(id_, address, kind) for id_, kind in sorted(removed.items())])
     new = set(healed)
     for side, other in ((first, second), (second, first)):
         have = {e.id for e in before[side.label]}

@@ -12,7 +12,7 @@ from ..store import Store
 from .common import Scopes, wall_clock
 from .registers import MEMORY, VIEWERS
 from .scan import scan_buffers
-from .schema import SQLITE_DELETE_TRIGGERS, schema_steps
+from .schema import SQLITE_KIND_COLUMN, schema_steps, sqlite_delete_triggers
 from .side import held_of, summary_of
 
 
@@ -37,10 +37,12 @@ def ensure_tables(tx: Tx, store: Store) -> str:
             )
         for step in range(taken(), len(steps)):
             for ddl in steps[step]:
+                if ddl == SQLITE_KIND_COLUMN and tx.one("sync_tombstone_kinds")[0]:
+                    continue
                 tx.script(ddl)
             tx.run("sync_schema_put", (step + 1,))
         if not postgresql:  # this connection's (the others' at their next write)
-            for ddl in SQLITE_DELETE_TRIGGERS:
+            for ddl in sqlite_delete_triggers(kinds=True):
                 tx.script(ddl)
     row = tx.one("sync_replica")
     if row is not None:

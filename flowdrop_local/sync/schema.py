@@ -17,7 +17,9 @@ writes reach them only through the triggers below and the engine's notices
   and becomes a tombstone at the next sync; a summary still the same means nothing
   changed (blanked by ``engine.edited`` on any change but an append at the end).
 * ``flowdrop_sync_tombstones``: deleted message ids, numbered by a per-store
-  sequence ``seq`` (the change sequence peers keep a high-water mark of).
+  sequence ``seq`` (the change sequence peers keep a high-water mark of), and
+  what each deleted (``kind``, step 4): :data:`DELETED_MESSAGE`,
+  :data:`REMOVED_ROW` or :data:`DELETED_PLACEHOLDER`.
 * ``flowdrop_sync_peers``: per peer replica, the highest ``seq`` of its tombstones
   this store has received.
 * ``flowdrop_sync_acks``: per peer, the highest ``seq`` of this store's tombstones
@@ -65,6 +67,21 @@ import datetime
 import hashlib
 import uuid
 from typing import Any
+
+# What a tombstone deleted (its ``kind``); of two for one id the lower holds.
+DELETED_MESSAGE = 0
+"""A message the user or the application deleted: its row goes on every replica,
+and so does every row a merge made to hold its content elsewhere (an answer in its
+call's tool run, ``rules.merge.answered_in_place_id``). Tombstones made before
+step 4 are of this kind."""
+REMOVED_ROW = 1
+"""A row a merge removed by the buffer rules (a duplicate, a result it answered in
+the tool run, a turn re-declaring calls): the row goes, its content stays where the
+merge kept it."""
+DELETED_PLACEHOLDER = 2
+"""A placeholder deleted (by the user, or by a merge): the row goes only while it
+is a placeholder. A real result that replaced it in place meanwhile (MEM-10, on a
+replica that had not seen the deletion) stays: a real result beats a placeholder."""
 
 SYNC_TABLES: tuple[str, ...] = (
     "CREATE TABLE IF NOT EXISTS flowdrop_sync_replica "
@@ -125,11 +142,28 @@ def schema_steps(postgresql: bool) -> tuple[tuple[str, ...], ...]:
         # library's connection sets (a function in a schema others can create in
         # could otherwise run inside them: issue 21); on SQLite they are TEMP
         # triggers each connection makes (SQLITE_DELETE_TRIGGERS).
-        PG_DELETE_TRIGGERS if postgresql else (),
+        pg_delete_triggers(kinds=False) if postgresql else (),
         # 3: the order every replica gives a buffer (rules.order): each message's
         # link, made when a sync first sees it; moves counted per message go.
         link_tables(postgresql),
+        # 4: what a tombstone deleted (its kind), and the triggers that say it.
+        (
+            PG_KIND_COLUMN if postgresql else SQLITE_KIND_COLUMN,
+            *(pg_delete_triggers(kinds=True) if postgresql else ()),
+        ),
     )
+
+
+# SQLite has no ADD COLUMN IF NOT EXISTS: the step runner skips this one when the
+# column is there (a file whose step row was lost takes the steps again).
+SQLITE_KIND_COLUMN = (
+    "ALTER TABLE flowdrop_sync_tombstones ADD COLUMN kind INTEGER NOT NULL "
+    f"DEFAULT {DELETED_MESSAGE}"
+)
+PG_KIND_COLUMN = (
+    "ALTER TABLE flowdrop_sync_tombstones ADD COLUMN IF NOT EXISTS kind integer NOT NULL "
+    f"DEFAULT {DELETED_MESSAGE}"
+)
 
 
 def link_tables(postgresql: bool) -> tuple[str, ...]:
@@ -186,36 +220,77 @@ _CONVERSATION_PUT = (
     "ON CONFLICT (scope, scope_id, key) DO UPDATE SET stamp = excluded.stamp, "
     "deleted = excluded.deleted"
 )
-SQLITE_DELETE_TRIGGERS: tuple[str, ...] = (
-    "CREATE TEMP TABLE IF NOT EXISTS flowdrop_sync_quiet (on_ INTEGER)",
-    "CREATE TEMP TRIGGER IF NOT EXISTS flowdrop_sync_message_deleted "
-    "AFTER DELETE ON main.messages "
-    "WHEN NOT EXISTS (SELECT 1 FROM flowdrop_sync_quiet) "
-    "AND EXISTS (SELECT 1 FROM flowdrop_sync_replica) BEGIN "
-    "INSERT OR IGNORE INTO flowdrop_sync_tombstones (id, scope, scope_id, key, seq, deleted_at) "
-    f"SELECT id_text(OLD.id), b.scope, b.scope_id, b.key, {_NEXT_SEQ} + 1, "
-    "strftime('%Y-%m-%dT%H:%M:%fZ', 'now') FROM buffers AS b WHERE b.id = OLD.buffer_id; END",
-    "CREATE TEMP TRIGGER IF NOT EXISTS flowdrop_sync_buffer_deleted "
-    "BEFORE DELETE ON main.buffers "
-    "WHEN NOT EXISTS (SELECT 1 FROM flowdrop_sync_quiet) "
-    "AND EXISTS (SELECT 1 FROM flowdrop_sync_replica) BEGIN "
-    "INSERT OR IGNORE INTO flowdrop_sync_tombstones (id, scope, scope_id, key, seq, deleted_at) "
-    f"SELECT id_text(m.id), OLD.scope, OLD.scope_id, OLD.key, {_NEXT_SEQ} "
-    "+ row_number() OVER (ORDER BY m.position), strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
-    "FROM messages AS m WHERE m.buffer_id = OLD.id; "
-    f"{_CONVERSATION_PUT.format(a='OLD', now=SQLITE_STORE_CLOCK, deleted=1)}; END",
-    "CREATE TEMP TRIGGER IF NOT EXISTS flowdrop_sync_conversation_named "
-    "AFTER UPDATE OF title, metadata ON main.buffers "
-    "WHEN NOT EXISTS (SELECT 1 FROM flowdrop_sync_quiet) "
-    "AND EXISTS (SELECT 1 FROM flowdrop_sync_replica) "
-    "AND (OLD.title IS NOT NEW.title OR OLD.metadata IS NOT NEW.metadata) BEGIN "
-    f"{_CONVERSATION_PUT.format(a='NEW', now=SQLITE_STORE_CLOCK, deleted=0)}; END",
-    "CREATE TEMP TRIGGER IF NOT EXISTS flowdrop_sync_conversation_made "
-    "AFTER INSERT ON main.buffers "
-    "WHEN NOT EXISTS (SELECT 1 FROM flowdrop_sync_quiet) BEGIN "
-    f"UPDATE flowdrop_sync_conversations SET deleted = 0, stamp = {SQLITE_STORE_CLOCK} "
-    "WHERE scope = NEW.scope AND scope_id = NEW.scope_id AND key = NEW.key AND deleted = 1; END",
+# A tombstone's kind from the deleted row ({m}: its name in the trigger): a
+# placeholder (rules.pairing.marked_healed: a tool row, ``healed`` JSON true).
+_SQLITE_KIND = (
+    "CASE WHEN {m}.role = 'tool' AND json_type({m}.metadata, '$.healed') = 'true' "
+    f"THEN {DELETED_PLACEHOLDER} ELSE {DELETED_MESSAGE} END"
 )
+_PG_KIND = (
+    "CASE WHEN {m}.role = 'tool' AND ({m}.metadata::jsonb -> 'healed') = 'true'::jsonb "
+    f"THEN {DELETED_PLACEHOLDER} ELSE {DELETED_MESSAGE} END"
+)
+# A deletion of a row a weaker tombstone names (a placeholder's, a merge's) makes
+# it the stronger one, numbered again so every peer receives it.
+_STRONGER = (
+    "ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, seq = excluded.seq, "
+    "deleted_at = excluded.deleted_at WHERE excluded.kind < flowdrop_sync_tombstones.kind"
+)
+
+
+def sqlite_delete_triggers(kinds: bool) -> tuple[str, ...]:
+    """SQLite's TEMP triggers; ``kinds``: the store took step 4 (its tombstones have
+    a kind). Each is dropped first: a connection armed before a sync took step 4
+    makes them again with kinds."""
+    columns = "id, scope, scope_id, key, seq, deleted_at" + (", kind" if kinds else "")
+    insert = (
+        f"INSERT INTO flowdrop_sync_tombstones ({columns}) "
+        if kinds
+        else f"INSERT OR IGNORE INTO flowdrop_sync_tombstones ({columns}) "
+    )
+    kind_of = {m: (", " + _SQLITE_KIND.format(m=m)) if kinds else "" for m in ("OLD", "m")}
+    conflict = f" {_STRONGER}" if kinds else ""
+    names = (
+        "flowdrop_sync_message_deleted",
+        "flowdrop_sync_buffer_deleted",
+        "flowdrop_sync_conversation_named",
+        "flowdrop_sync_conversation_made",
+    )
+    return (
+        "CREATE TEMP TABLE IF NOT EXISTS flowdrop_sync_quiet (on_ INTEGER)",
+        *(f"DROP TRIGGER IF EXISTS temp.{name}" for name in names),
+        "CREATE TEMP TRIGGER flowdrop_sync_message_deleted "
+        "AFTER DELETE ON main.messages "
+        "WHEN NOT EXISTS (SELECT 1 FROM flowdrop_sync_quiet) "
+        "AND EXISTS (SELECT 1 FROM flowdrop_sync_replica) BEGIN "
+        f"{insert}"
+        f"SELECT id_text(OLD.id), b.scope, b.scope_id, b.key, {_NEXT_SEQ} + 1, "
+        f"strftime('%Y-%m-%dT%H:%M:%fZ', 'now'){kind_of['OLD']} "
+        f"FROM buffers AS b WHERE b.id = OLD.buffer_id{conflict}; END",
+        "CREATE TEMP TRIGGER flowdrop_sync_buffer_deleted "
+        "BEFORE DELETE ON main.buffers "
+        "WHEN NOT EXISTS (SELECT 1 FROM flowdrop_sync_quiet) "
+        "AND EXISTS (SELECT 1 FROM flowdrop_sync_replica) BEGIN "
+        f"{insert}"
+        f"SELECT id_text(m.id), OLD.scope, OLD.scope_id, OLD.key, {_NEXT_SEQ} "
+        "+ row_number() OVER (ORDER BY m.position), strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+        f"{kind_of['m']} FROM messages AS m WHERE m.buffer_id = OLD.id{conflict}; "
+        f"{_CONVERSATION_PUT.format(a='OLD', now=SQLITE_STORE_CLOCK, deleted=1)}; END",
+        "CREATE TEMP TRIGGER flowdrop_sync_conversation_named "
+        "AFTER UPDATE OF title, metadata ON main.buffers "
+        "WHEN NOT EXISTS (SELECT 1 FROM flowdrop_sync_quiet) "
+        "AND EXISTS (SELECT 1 FROM flowdrop_sync_replica) "
+        "AND (OLD.title IS NOT NEW.title OR OLD.metadata IS NOT NEW.metadata) BEGIN "
+        f"{_CONVERSATION_PUT.format(a='NEW', now=SQLITE_STORE_CLOCK, deleted=0)}; END",
+        "CREATE TEMP TRIGGER flowdrop_sync_conversation_made "
+        "AFTER INSERT ON main.buffers "
+        "WHEN NOT EXISTS (SELECT 1 FROM flowdrop_sync_quiet) BEGIN "
+        f"UPDATE flowdrop_sync_conversations SET deleted = 0, stamp = {SQLITE_STORE_CLOCK} "
+        "WHERE scope = NEW.scope AND scope_id = NEW.scope_id AND key = NEW.key "
+        "AND deleted = 1; END",
+    )
+
+
 # PostgreSQL: the same as persistent triggers, made with sync's tables; the quiet
 # flag is a transaction-local setting, and the change numbers are taken under a
 # transaction-level advisory lock (held to the commit, so numbers commit in
@@ -224,52 +299,74 @@ PG_SEQ_LOCK = (
     "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext("
     "pg_catalog.concat(pg_catalog.current_schema(), '.flowdrop_sync_seq')))"
 )
-PG_DELETE_TRIGGERS: tuple[str, ...] = (
-    "CREATE OR REPLACE FUNCTION flowdrop_sync_message_deleted() RETURNS trigger "
-    "LANGUAGE plpgsql SET search_path FROM CURRENT AS $$ BEGIN "
-    "IF coalesce(pg_catalog.current_setting('flowdrop.sync_quiet', true), '') = 'on' "
-    "THEN RETURN NULL; END IF; "
-    "IF NOT EXISTS (SELECT 1 FROM flowdrop_sync_replica) THEN RETURN NULL; END IF; "
-    "PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext("
-    "pg_catalog.concat(pg_catalog.current_schema(), '.flowdrop_sync_seq'))); "
-    "INSERT INTO flowdrop_sync_tombstones (id, scope, scope_id, key, seq, deleted_at) "
-    f"SELECT OLD.id, b.scope, b.scope_id, b.key, {_NEXT_SEQ} + 1, flowdrop_now() "
-    "FROM buffers AS b WHERE b.id = OLD.buffer_id ON CONFLICT (id) DO NOTHING; "
-    "RETURN NULL; END $$",
-    "CREATE OR REPLACE FUNCTION flowdrop_sync_buffer_deleted() RETURNS trigger "
-    "LANGUAGE plpgsql SET search_path FROM CURRENT AS $$ BEGIN "
-    "IF coalesce(pg_catalog.current_setting('flowdrop.sync_quiet', true), '') = 'on' "
-    "THEN RETURN OLD; END IF; "
-    "IF NOT EXISTS (SELECT 1 FROM flowdrop_sync_replica) THEN RETURN OLD; END IF; "
-    "PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext("
-    "pg_catalog.concat(pg_catalog.current_schema(), '.flowdrop_sync_seq'))); "
-    "INSERT INTO flowdrop_sync_tombstones (id, scope, scope_id, key, seq, deleted_at) "
-    f"SELECT m.id, OLD.scope, OLD.scope_id, OLD.key, {_NEXT_SEQ} "
-    "+ row_number() OVER (ORDER BY m.position), flowdrop_now() "
-    "FROM messages AS m WHERE m.buffer_id = OLD.id ON CONFLICT (id) DO NOTHING; "
-    f"{_CONVERSATION_PUT.format(a='OLD', now=PG_STORE_CLOCK, deleted=1)}; "
-    "RETURN OLD; END $$",
-    "CREATE OR REPLACE FUNCTION flowdrop_sync_conversation_changed() RETURNS trigger "
-    "LANGUAGE plpgsql SET search_path FROM CURRENT AS $$ BEGIN "
-    "IF coalesce(pg_catalog.current_setting('flowdrop.sync_quiet', true), '') = 'on' "
-    "THEN RETURN NULL; END IF; "
-    "IF NOT EXISTS (SELECT 1 FROM flowdrop_sync_replica) THEN RETURN NULL; END IF; "
-    "IF TG_OP = 'INSERT' THEN "
-    f"UPDATE flowdrop_sync_conversations SET deleted = 0, stamp = {PG_STORE_CLOCK} "
-    "WHERE scope = NEW.scope AND scope_id = NEW.scope_id AND key = NEW.key AND deleted = 1; "
-    "ELSIF OLD.title IS DISTINCT FROM NEW.title OR OLD.metadata IS DISTINCT FROM NEW.metadata "
-    f"THEN {_CONVERSATION_PUT.format(a='NEW', now=PG_STORE_CLOCK, deleted=0)}; "
-    "END IF; RETURN NULL; END $$",
-    "CREATE OR REPLACE TRIGGER flowdrop_sync_conversation_changed "
-    "AFTER INSERT OR UPDATE OF title, metadata ON buffers "
-    "FOR EACH ROW EXECUTE FUNCTION flowdrop_sync_conversation_changed()",
-    "CREATE OR REPLACE TRIGGER flowdrop_sync_message_deleted AFTER DELETE ON messages "
-    "FOR EACH ROW EXECUTE FUNCTION flowdrop_sync_message_deleted()",
-    "CREATE OR REPLACE TRIGGER flowdrop_sync_buffer_deleted BEFORE DELETE ON buffers "
-    "FOR EACH ROW EXECUTE FUNCTION flowdrop_sync_buffer_deleted()",
-)
+
+
+def pg_delete_triggers(kinds: bool) -> tuple[str, ...]:
+    """PostgreSQL's triggers: step 2 made them (``kinds`` False), step 4 makes them
+    again saying each tombstone's kind; the text of step 2 never changes."""
+    columns = "id, scope, scope_id, key, seq, deleted_at" + (", kind" if kinds else "")
+    kind_of = {m: (", " + _PG_KIND.format(m=m)) if kinds else "" for m in ("OLD", "m")}
+    conflict = _STRONGER if kinds else "ON CONFLICT (id) DO NOTHING"
+    return (
+        "CREATE OR REPLACE FUNCTION flowdrop_sync_message_deleted() RETURNS trigger "
+        "LANGUAGE plpgsql SET search_path FROM CURRENT AS $$ BEGIN "
+        "IF coalesce(pg_catalog.current_setting('flowdrop.sync_quiet', true), '') = 'on' "
+        "THEN RETURN NULL; END IF; "
+        "IF NOT EXISTS (SELECT 1 FROM flowdrop_sync_replica) THEN RETURN NULL; END IF; "
+        "PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext("
+        "pg_catalog.concat(pg_catalog.current_schema(), '.flowdrop_sync_seq'))); "
+        f"INSERT INTO flowdrop_sync_tombstones ({columns}) "
+        f"SELECT OLD.id, b.scope, b.scope_id, b.key, {_NEXT_SEQ} + 1, flowdrop_now()"
+        f"{kind_of['OLD']} FROM buffers AS b WHERE b.id = OLD.buffer_id {conflict}; "
+        "RETURN NULL; END $$",
+        "CREATE OR REPLACE FUNCTION flowdrop_sync_buffer_deleted() RETURNS trigger "
+        "LANGUAGE plpgsql SET search_path FROM CURRENT AS $$ BEGIN "
+        "IF coalesce(pg_catalog.current_setting('flowdrop.sync_quiet', true), '') = 'on' "
+        "THEN RETURN OLD; END IF; "
+        "IF NOT EXISTS (SELECT 1 FROM flowdrop_sync_replica) THEN RETURN OLD; END IF; "
+        "PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext("
+        "pg_catalog.concat(pg_catalog.current_schema(), '.flowdrop_sync_seq'))); "
+        f"INSERT INTO flowdrop_sync_tombstones ({columns}) "
+        f"SELECT m.id, OLD.scope, OLD.scope_id, OLD.key, {_NEXT_SEQ} "
+        f"+ row_number() OVER (ORDER BY m.position), flowdrop_now(){kind_of['m']} "
+        f"FROM messages AS m WHERE m.buffer_id = OLD.id {conflict}; "
+        f"{_CONVERSATION_PUT.format(a='OLD', now=PG_STORE_CLOCK, deleted=1)}; "
+        "RETURN OLD; END $$",
+        "CREATE OR REPLACE FUNCTION flowdrop_sync_conversation_changed() RETURNS trigger "
+        "LANGUAGE plpgsql SET search_path FROM CURRENT AS $$ BEGIN "
+        "IF coalesce(pg_catalog.current_setting('flowdrop.sync_quiet', true), '') = 'on' "
+        "THEN RETURN NULL; END IF; "
+        "IF NOT EXISTS (SELECT 1 FROM flowdrop_sync_replica) THEN RETURN NULL; END IF; "
+        "IF TG_OP = 'INSERT' THEN "
+        f"UPDATE flowdrop_sync_conversations SET deleted = 0, stamp = {PG_STORE_CLOCK} "
+        "WHERE scope = NEW.scope AND scope_id = NEW.scope_id AND key = NEW.key AND deleted = 1; "
+        "ELSIF OLD.title IS DISTINCT FROM NEW.title OR OLD.metadata IS DISTINCT FROM NEW.metadata "
+        f"THEN {_CONVERSATION_PUT.format(a='NEW', now=PG_STORE_CLOCK, deleted=0)}; "
+        "END IF; RETURN NULL; END $$",
+        "CREATE OR REPLACE TRIGGER flowdrop_sync_conversation_changed "
+        "AFTER INSERT OR UPDATE OF title, metadata ON buffers "
+        "FOR EACH ROW EXECUTE FUNCTION flowdrop_sync_conversation_changed()",
+        "CREATE OR REPLACE TRIGGER flowdrop_sync_message_deleted AFTER DELETE ON messages "
+        "FOR EACH ROW EXECUTE FUNCTION flowdrop_sync_message_deleted()",
+        "CREATE OR REPLACE TRIGGER flowdrop_sync_buffer_deleted BEFORE DELETE ON buffers "
+        "FOR EACH ROW EXECUTE FUNCTION flowdrop_sync_buffer_deleted()",
+    )
+
 
 SYNC_COMMON: dict[str, str] = {
+    # Before a backup (sync.order.link_store): every message with no link gets one,
+    # after the message before it, ranked above that message's children (rules.order
+    # link_new's rule, in one statement: a row before it with no link gets one in
+    # the same statement and has no children, so rank 0). Both backends read
+    # what the INSERT reads before it writes (it reads its own table); ids are
+    # stored alike on each (16 bytes, uuid), so one text serves both.
+    "sync_link_everything": (
+        "INSERT INTO flowdrop_sync_links (id, parent, rank) "
+        "SELECT o.id, o.prev, coalesce((SELECT max(l.rank) + 1 FROM flowdrop_sync_links AS l "
+        "WHERE l.parent = o.prev), 0) FROM (SELECT m.id, lag(m.id) OVER "
+        "(PARTITION BY m.buffer_id ORDER BY m.position) AS prev FROM messages AS m) AS o "
+        "WHERE NOT EXISTS (SELECT 1 FROM flowdrop_sync_links AS k WHERE k.id = o.id)"
+    ),
     "sync_schema_step": "SELECT step FROM flowdrop_sync_schema",
     "sync_schema_put": (
         "INSERT INTO flowdrop_sync_schema (one, step) VALUES (1, ?) "
@@ -389,11 +486,11 @@ SYNC_COMMON: dict[str, str] = {
         "DELETE FROM flowdrop_sync_state WHERE scope = ? AND scope_id = ? AND key = ?"
     ),
     "sync_tombstone_put": (
-        "INSERT INTO flowdrop_sync_tombstones (id, scope, scope_id, key, seq, deleted_at) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
+        "INSERT INTO flowdrop_sync_tombstones (id, scope, scope_id, key, seq, deleted_at, kind) "
+        f"VALUES (?, ?, ?, ?, ?, ?, ?) {_STRONGER}"
     ),
     "sync_tombstones_after": (
-        "SELECT id, scope, scope_id, key, seq, deleted_at FROM flowdrop_sync_tombstones "
+        "SELECT id, scope, scope_id, key, seq, deleted_at, kind FROM flowdrop_sync_tombstones "
         "WHERE seq > ? ORDER BY seq"
     ),
     "sync_tombstone_ids": "SELECT id FROM flowdrop_sync_tombstones",

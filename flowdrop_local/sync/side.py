@@ -20,9 +20,10 @@ from ..positions import is_valid_key
 from ..rules.incoming import normalize
 from ..rules.merge import Entry
 from ..rules.order import MAX_RANK, ROOT, Link
-from ..rules.pairing import PLACEHOLDER_CONTENT, placeholder_metadata
+from ..rules.pairing import PLACEHOLDER_CONTENT, marked_healed, placeholder_metadata
 from ..store import Store
 from .common import Address, wall_clock
+from .schema import DELETED_MESSAGE, DELETED_PLACEHOLDER, REMOVED_ROW
 
 
 def digest_of(rows: Iterable[tuple[str, str, str]], start: str = "") -> str:
@@ -149,6 +150,30 @@ def summary_of(row: Sequence[Any]) -> str:
     return f"{row[3]}|{row[4]}|{row[5] or ''}|{row[6] or 0}|{row[7] or ''}"
 
 
+def deletion_kind(entry: Entry, *, by_merge: bool) -> int:
+    """What deleting this row is (a tombstone's kind): a placeholder's deletion, else
+    a message's (the user's, the application's) or a row's (a merge's)."""
+    try:
+        metadata = json.loads(entry.metadata)
+    except ValueError:
+        metadata = None
+    if marked_healed(entry.role, metadata):
+        return DELETED_PLACEHOLDER
+    return REMOVED_ROW if by_merge else DELETED_MESSAGE
+
+
+def tombstone_kind(path: str, row: Sequence[Any]) -> int:
+    """A tombstone's kind (its row's last column), refused unless one of
+    :mod:`.schema`'s kinds: a peer's file is untrusted."""
+    kind = row[-1]
+    if isinstance(kind, bool) or not isinstance(kind, int):
+        problem = f"has the kind {str(kind)[:20]!r}"
+        raise SyncRefused(path, str(row[0]), problem, kind="tombstone")
+    if not DELETED_MESSAGE <= kind <= DELETED_PLACEHOLDER:
+        raise SyncRefused(path, str(row[0]), f"has the kind {kind}", kind="tombstone")
+    return kind
+
+
 class Side:
     """One store inside the sync's transaction."""
 
@@ -231,17 +256,34 @@ class Side:
         wanted = [p for p in parents if p != ROOT]
         return {str(row[0]): int(row[1]) for row in self.rows_for("sync_link_ranks", wanted)}
 
-    def tombstoned(self, ids: Iterable[str]) -> set[str]:
-        """Which of these message ids this store holds a tombstone for."""
-        return {str(row[0]) for row in self.rows_for("sync_tombstones_held", ids)}
+    def placeholders(self, ids: Iterable[str]) -> set[str]:
+        """Which of these message ids are placeholders here (lower-case ids)."""
+        found = set()
+        for row in self.rows_for("sync_where", ids):
+            try:
+                metadata = json.loads(row[5])
+            except (TypeError, ValueError):
+                metadata = None
+            if marked_healed(row[4], metadata):
+                found.add(str(row[0]).lower())
+        return found
 
-    def tombstone(self, rows: Sequence[tuple[str, Address]]) -> None:
-        """Record deleted message ids with this side's next sequence numbers."""
+    def tombstoned(self, ids: Iterable[str]) -> dict[str, int]:
+        """The tombstones this store holds for these message ids: id -> its kind."""
+        return {
+            str(row[0]): tombstone_kind(self.store.path, row)
+            for row in self.rows_for("sync_tombstones_held", ids)
+        }
+
+    def tombstone(self, rows: Sequence[tuple[str, Address, int]]) -> None:
+        """Record deleted message ids (with what each deletion was: ``kind``) with this
+        side's next sequence numbers; a tombstone held for one of them already stays
+        unless the new one is stronger (a lower kind: it is numbered again)."""
         now = wall_clock()
         params = []
-        for id_, address in rows:
+        for id_, address, kind in rows:
             self.seq += 1
-            params.append((id_, *address, self.seq, now))
+            params.append((id_, *address, self.seq, now, kind))
         if params:
             self.tx.many("sync_tombstone_put", params)
 

@@ -35,7 +35,7 @@ SQLITE: dict[str, str] = {
     "sync_candidates": f"{_SQLITE_SUMMARY} WHERE b.updated_at >= ?",
     "sync_summary_one": f"{_SQLITE_SUMMARY} WHERE b.scope = ? AND b.scope_id = ? AND b.key = ?",
     "sync_where": (
-        "SELECT id_text(m.id), b.scope, b.scope_id, b.key FROM messages AS m "
+        "SELECT id_text(m.id), b.scope, b.scope_id, b.key, m.role, m.metadata FROM messages AS m "
         "JOIN buffers AS b ON b.id = m.buffer_id "
         "WHERE m.id IN (SELECT id_blob(value) FROM json_each(?))"
     ),
@@ -45,7 +45,7 @@ SQLITE: dict[str, str] = {
         "FROM messages WHERE buffer_id = ? ORDER BY position"
     ),
     "sync_tombstones_held": (
-        "SELECT id FROM flowdrop_sync_tombstones WHERE id IN (SELECT value FROM json_each(?))"
+        "SELECT id, kind FROM flowdrop_sync_tombstones WHERE id IN (SELECT value FROM json_each(?))"
     ),
     "sync_row_at": "SELECT id_text(id) FROM messages WHERE buffer_id = ? AND position = ?",
     "sync_versions_of": (
@@ -63,18 +63,6 @@ SQLITE: dict[str, str] = {
         "SELECT id_text(parent), max(rank) FROM flowdrop_sync_links "
         "WHERE parent IN (SELECT id_blob(value) FROM json_each(?)) GROUP BY parent"
     ),
-    # Before a backup (sync.order.link_store): every message with no link gets one,
-    # after the message before it, ranked above that message's children (rules.order
-    # link_new's rule, in one statement: a row before it with no link gets one in
-    # the same statement and has no children, so rank 0). SQLite reads what the
-    # INSERT reads before it writes (it is reading its own table).
-    "sync_link_everything": (
-        "INSERT INTO flowdrop_sync_links (id, parent, rank) "
-        "SELECT o.id, o.prev, coalesce((SELECT max(l.rank) + 1 FROM flowdrop_sync_links AS l "
-        "WHERE l.parent = o.prev), 0) FROM (SELECT m.id, lag(m.id) OVER "
-        "(PARTITION BY m.buffer_id ORDER BY m.position) AS prev FROM messages AS m) AS o "
-        "WHERE NOT EXISTS (SELECT 1 FROM flowdrop_sync_links AS k WHERE k.id = o.id)"
-    ),
     "sync_link_put": (
         "INSERT INTO flowdrop_sync_links (id, parent, rank) VALUES (id_blob(?), id_blob(?), ?) "
         "ON CONFLICT (id) DO UPDATE SET parent = excluded.parent, rank = excluded.rank"
@@ -89,9 +77,13 @@ SQLITE: dict[str, str] = {
         "WHERE id IN (SELECT id_blob(value) FROM json_each(?))"
     ),
     # Whether this connection is ready for sync: its tables (the newest one), and
-    # the TEMP triggers that record deletions (sync.schema.SQLITE_DELETE_TRIGGERS).
+    # the TEMP triggers that record deletions (sync.schema.sqlite_delete_triggers),
+    # and whether its tombstones have a kind (step 4).
     "sync_schema_table": (
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'flowdrop_sync_schema'"
+    ),
+    "sync_tombstone_kinds": (
+        "SELECT count(*) FROM pragma_table_info('flowdrop_sync_tombstones') WHERE name = 'kind'"
     ),
     "sync_lock_registers": "SELECT 1",
     "sync_lock_timeout": "SELECT 1",
@@ -151,14 +143,14 @@ POSTGRESQL: dict[str, str] = {
     "sync_candidates": f"{_PG_SUMMARY} WHERE b.updated_at >= %s",
     "sync_summary_one": f"{_PG_SUMMARY} WHERE b.scope = %s AND b.scope_id = %s AND b.key = %s",
     "sync_where": (
-        "SELECT m.id, b.scope, b.scope_id, b.key FROM messages AS m "
+        "SELECT m.id, b.scope, b.scope_id, b.key, m.role, m.metadata FROM messages AS m "
         "JOIN buffers AS b ON b.id = m.buffer_id WHERE m.id = ANY(%s)"
     ),
     "sync_light": (
         f"SELECT id, position, role, metadata, {_PG_CONTENT_MD5}, created_at "
         "FROM messages AS m WHERE buffer_id = %s ORDER BY position"
     ),
-    "sync_tombstones_held": "SELECT id FROM flowdrop_sync_tombstones WHERE id = ANY(%s)",
+    "sync_tombstones_held": "SELECT id, kind FROM flowdrop_sync_tombstones WHERE id = ANY(%s)",
     "sync_row_at": "SELECT id FROM messages WHERE buffer_id = %s AND position = %s",
     "sync_versions_of": (
         "SELECT id, fingerprint, generation FROM flowdrop_sync_versions WHERE id = ANY(%s)"
@@ -170,13 +162,6 @@ POSTGRESQL: dict[str, str] = {
     "sync_link_ranks": (
         "SELECT parent::text, max(rank) FROM flowdrop_sync_links "
         "WHERE parent = ANY(%s::uuid[]) GROUP BY parent"
-    ),
-    "sync_link_everything": (
-        "INSERT INTO flowdrop_sync_links (id, parent, rank) "
-        "SELECT o.id, o.prev, coalesce((SELECT max(l.rank) + 1 FROM flowdrop_sync_links AS l "
-        "WHERE l.parent = o.prev), 0) FROM (SELECT m.id, lag(m.id) OVER "
-        "(PARTITION BY m.buffer_id ORDER BY m.position) AS prev FROM messages AS m) AS o "
-        "WHERE NOT EXISTS (SELECT 1 FROM flowdrop_sync_links AS k WHERE k.id = o.id)"
     ),
     "sync_link_put": (
         "INSERT INTO flowdrop_sync_links (id, parent, rank) "
@@ -191,6 +176,11 @@ POSTGRESQL: dict[str, str] = {
     "sync_schema_table": (
         "SELECT count(*) FROM pg_catalog.pg_tables "
         "WHERE schemaname = pg_catalog.current_schema() AND tablename = 'flowdrop_sync_schema'"
+    ),
+    "sync_tombstone_kinds": (
+        "SELECT count(*) FROM information_schema.columns "
+        "WHERE table_schema = pg_catalog.current_schema() "
+        "AND table_name = 'flowdrop_sync_tombstones' AND column_name = 'kind'"
     ),
     "sync_lock_registers": (
         "LOCK TABLE memory, sessions, session_viewers IN SHARE ROW EXCLUSIVE MODE"

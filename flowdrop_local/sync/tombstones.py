@@ -7,16 +7,22 @@ numbered by its store's change sequence. What a store knows its peer holds of it
 tombstones is what the peer committed, learnt at the start of their next sync
 (:func:`learn_acknowledgements`), never what a sync sent; a tombstone is
 compacted once every known peer acknowledged it (:func:`compact`).
+
+A tombstone says what it deleted (its kind, :mod:`.schema`): a placeholder's never
+removes a real result that replaced it meanwhile, and a message's also removes the
+rows a merge made to hold that message's content elsewhere (:func:`holding`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from ..engine import drive, remove_message
+from ..rules.merge import answered_in_place_id
 from .common import Address, Scopes, wall_clock
 from .report import Report
-from .side import Side
+from .schema import DELETED_MESSAGE, DELETED_PLACEHOLDER
+from .side import Side, tombstone_kind
 
 
 def learn_acknowledgements(a: Side, b: Side) -> None:
@@ -42,8 +48,10 @@ def record_found(sides: Iterable[Side], addresses: Iterable[Address]) -> None:
                 continue
             present = {e.id for e in view.entries}
             gone += [(id_, address) for id_ in view.held() if id_ not in present]
+        # The library's own deletions have their tombstones (and kinds) already; what
+        # a row deleted behind it was is gone with it: each counts as a message.
         dead = side.tombstoned([id_ for id_, _ in gone])
-        side.tombstone([item for item in gone if item[0] not in dead])
+        side.tombstone([(i, address, DELETED_MESSAGE) for i, address in gone if i not in dead])
 
 
 def exchange(a: Side, b: Side, scopes: Scopes, full: bool, report: Report) -> set[Address]:
@@ -56,28 +64,77 @@ def exchange(a: Side, b: Side, scopes: Scopes, full: bool, report: Report) -> se
         mark_row = target.tx.one("sync_peer", (source.replica,))
         mark = 0 if mark_row is None else int(mark_row[0])
         rows = source.tx.all("sync_tombstones_after", (mark,))
-        arriving = [(str(r[0]), (r[1], r[2], r[3])) for r in rows if (r[1], r[2], r[3]) in scopes]
-        known = target.tombstoned([id_ for id_, _ in arriving])  # sent again, or relayed
-        arriving = [item for item in arriving if item[0] not in known]
+        arriving = [
+            (str(r[0]), (r[1], r[2], r[3]), tombstone_kind(source.store.path, r))
+            for r in rows
+            if (r[1], r[2], r[3]) in scopes
+        ]
+        known = target.tombstoned([id_ for id_, _, _ in arriving])  # sent again, or relayed
+        arriving = [item for item in arriving if item[2] < known.get(item[0], item[2] + 1)]
         # A tombstone is judged by the receiver's own row: one naming a message the
         # receiver holds in another buffer than it claims is refused (a peer could
         # otherwise delete, then relay the deletion of, a message outside the scopes
         # it syncs), and not kept.
-        held = target.where([id_ for id_, _ in arriving])
+        held = target.where([id_ for id_, _, _ in arriving])
         refused = [item for item in arriving if held.get(item[0].lower(), item[1]) != item[1]]
         arriving = [item for item in arriving if item not in refused]
         report.add("tombstones_refused", len(refused))
         target.tombstone(arriving)
         report.add(f"tombstones_{source.label}_to_{target.label}", len(arriving))
-        for id_, _ in arriving:
-            address_of = held.get(id_.lower())
-            if address_of is not None and address_of in scopes:
-                source.view(address_of, full)  # as it was before the deletion
-                target.view(address_of, full)
+        for address, ids in _removed_by(target, arriving, scopes).items():
+            source.view(address, full)  # as it was before the deletion
+            target.view(address, full)
+            for id_ in ids:
                 if drive(remove_message(id_, heal_now=False), target.tx):
-                    touched.add(address_of)
+                    touched.add(address)
                     report.add(f"deleted_on_{target.label}", 1)
     return touched
+
+
+def _removed_by(
+    side: Side, tombstones: Sequence[tuple[str, Address, int]], scopes: Scopes
+) -> dict[Address, list[str]]:
+    """The rows of ``side`` these tombstones remove, by buffer (in the scopes a sync
+    covers): a placeholder's tombstone only a row that is still one; a message's
+    its row and those :func:`holding` its content (each given a tombstone too, so
+    the deletion reaches a replica holding the copy but not the original)."""
+    removed: dict[Address, list[str]] = {}
+    ids = [id_ for id_, _, _ in tombstones]
+    held = side.where(ids)
+    placeholders = side.placeholders(
+        [id_ for id_, _, kind in tombstones if kind == DELETED_PLACEHOLDER]
+    )
+    copies: list[tuple[str, Address, int]] = []
+    for id_, address, kind in tombstones:
+        at = held.get(id_.lower())
+        spared = kind == DELETED_PLACEHOLDER and id_.lower() not in placeholders
+        if at is not None and at in scopes and not spared:
+            removed.setdefault(at, []).append(id_)
+        if kind == DELETED_MESSAGE:
+            copies += [(copy, address, kind) for copy in holding(id_)]
+    found = side.where([id_ for id_, _, _ in copies])
+    copies = [item for item in copies if found.get(item[0]) == item[1] and item[1] in scopes]
+    side.tombstone(copies)
+    for copy, address, _ in copies:
+        removed.setdefault(address, []).append(copy)
+    return removed
+
+
+MAX_COPY_DEPTH = 4
+"""How many times over a merge may have answered a result in a tool run (a row
+holding a copy's content): the rows :func:`holding` names."""
+
+
+def holding(message_id: str) -> list[str]:
+    """The ids of the rows a merge may have made to hold this message's content
+    elsewhere (``rules.merge.answered_in_place_id``, and its own such rows, up to
+    :data:`MAX_COPY_DEPTH`): a deletion of the message is a deletion of them."""
+    found = []
+    at = message_id
+    for _ in range(MAX_COPY_DEPTH):
+        at = answered_in_place_id(at)
+        found.append(at)
+    return found
 
 
 def advance_marks(a: Side, b: Side, scopes: Scopes) -> None:
