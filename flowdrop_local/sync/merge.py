@@ -19,7 +19,6 @@ from ..rules.merge import Entry, Merged, merge
 from .common import Address, Scopes, wall_clock
 from .order import Ordering, record_links, shared_order
 from .report import Report
-from .schema import DELETED_PLACEHOLDER
 from .side import (
     MAX_MESSAGE_CHARS,
     MAX_SYNC_COUNT,
@@ -29,6 +28,8 @@ from .side import (
     deletion_kind,
     digest_of,
     held_of,
+    is_placeholder_row,
+    spares,
     summary_of,
 )
 from .write import settle, write_merged
@@ -168,7 +169,7 @@ def _deleted_elsewhere(
         rows = {e.id: e for e in before[holder.label] if e.id not in held_ids[other.label]}
         dead = other.tombstoned(rows)
         for id_, kind in sorted(dead.items()):
-            if kind == DELETED_PLACEHOLDER and deletion_kind(rows[id_], by_merge=False) != kind:
+            if spares(kind, is_placeholder_row(rows[id_].role, rows[id_].metadata)):
                 continue
             if drive(remove_message(id_, heal_now=False), holder.tx):
                 holder.tombstone([(id_, address, kind)])

@@ -150,16 +150,29 @@ def summary_of(row: Sequence[Any]) -> str:
     return f"{row[3]}|{row[4]}|{row[5] or ''}|{row[6] or 0}|{row[7] or ''}"
 
 
+def is_placeholder_row(role: object, metadata_text: object) -> bool:
+    """:func:`~flowdrop_local.rules.pairing.marked_healed` of a stored row (its
+    metadata as the JSON text it is stored as)."""
+    try:
+        metadata = json.loads(metadata_text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return marked_healed(role, metadata)
+
+
 def deletion_kind(entry: Entry, *, by_merge: bool) -> int:
     """What deleting this row is (a tombstone's kind): a placeholder's deletion, else
     a message's (the user's, the application's) or a row's (a merge's)."""
-    try:
-        metadata = json.loads(entry.metadata)
-    except ValueError:
-        metadata = None
-    if marked_healed(entry.role, metadata):
+    if is_placeholder_row(entry.role, entry.metadata):
         return DELETED_PLACEHOLDER
     return REMOVED_ROW if by_merge else DELETED_MESSAGE
+
+
+def spares(kind: int, placeholder: bool) -> bool:
+    """Whether a tombstone of this kind leaves the row it names: a placeholder's
+    tombstone never removes a real result that replaced the placeholder in place
+    (MEM-10, where the deletion had not arrived)."""
+    return kind == DELETED_PLACEHOLDER and not placeholder
 
 
 def tombstone_kind(path: str, row: Sequence[Any]) -> int:
@@ -258,15 +271,8 @@ class Side:
 
     def placeholders(self, ids: Iterable[str]) -> set[str]:
         """Which of these message ids are placeholders here (lower-case ids)."""
-        found = set()
-        for row in self.rows_for("sync_where", ids):
-            try:
-                metadata = json.loads(row[5])
-            except (TypeError, ValueError):
-                metadata = None
-            if marked_healed(row[4], metadata):
-                found.add(str(row[0]).lower())
-        return found
+        rows = self.rows_for("sync_where", ids)
+        return {str(row[0]).lower() for row in rows if is_placeholder_row(row[4], row[5])}
 
     def tombstoned(self, ids: Iterable[str]) -> dict[str, int]:
         """The tombstones this store holds for these message ids: id -> its kind."""

@@ -22,7 +22,7 @@ from ..rules.merge import answered_in_place_id
 from .common import Address, Scopes, wall_clock
 from .report import Report
 from .schema import DELETED_MESSAGE, DELETED_PLACEHOLDER
-from .side import Side, tombstone_kind
+from .side import Side, spares, tombstone_kind
 
 
 def learn_acknowledgements(a: Side, b: Side) -> None:
@@ -107,8 +107,7 @@ def _removed_by(
     copies: list[tuple[str, Address, int]] = []
     for id_, address, kind in tombstones:
         at = held.get(id_.lower())
-        spared = kind == DELETED_PLACEHOLDER and id_.lower() not in placeholders
-        if at is not None and at in scopes and not spared:
+        if at is not None and at in scopes and not spares(kind, id_.lower() in placeholders):
             removed.setdefault(at, []).append(id_)
         if kind == DELETED_MESSAGE:
             copies += [(copy, address, kind) for copy in holding(id_)]
