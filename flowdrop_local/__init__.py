@@ -1,6 +1,8 @@
-"""flowdrop_local: a local SQLite store that keeps LLM conversation buffers sendable.
+"""flowdrop_local: a local-first store (SQLite or PostgreSQL) that keeps LLM
+conversation histories sendable.
 
-See README.md for the rules it keeps (FlowDrop GR-MEM) and the API.
+The docs (``docs/``: the API, the rules it keeps, FlowDrop GR-MEM, and their
+standing) say how to use it; this module re-exports what an application calls.
 """
 
 from .access import (

@@ -28,7 +28,7 @@ import click
 from ._terminal import visible
 from .access import AccessDenied
 from .errors import FlowdropError
-from .providers._common import RESPONSES_ITEM
+from .transcript import message_text
 
 # Limits are SQLite integers: anything larger cannot be bound, so it is refused
 # here as a usage error rather than failing inside the query.
@@ -174,49 +174,6 @@ def dump(value: Any) -> None:
 
 
 # --------------------------------------------------------------- text view
-
-_TEXT_PARTS: Final = frozenset({"text", "input_text", "output_text", "summary_text"})
-
-
-def _part_text(part: object) -> str:
-    if not isinstance(part, dict):
-        return f"[{type(part).__name__}]"
-    kind = part.get("type")
-    text = part.get("text")
-    if kind in _TEXT_PARTS and isinstance(text, str):
-        return text
-    if kind == "refusal" and isinstance(part.get("refusal"), str):
-        return f"[refusal] {part['refusal']}"
-    return f"[{kind}]"
-
-
-def _content_text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(_part_text(part) for part in content)
-    return json.dumps(content, ensure_ascii=False)
-
-
-def message_text(message: dict[str, Any]) -> str:
-    """A stored message's content as a person reads it (parts as text, items named).
-
-    An opaque Responses item (reasoning, a hosted tool call), as the Agents SDK
-    session stores them, has no content: it is shown as ``[its type]`` and, for
-    reasoning, its summary.
-    """
-    text = _content_text(message["content"])
-    item = message["metadata"].get(RESPONSES_ITEM)
-    if text or not isinstance(item, dict):
-        return text
-    kind = item.get("type")
-    if kind in (None, "message", "function_call", "function_call_output"):
-        return text
-    summary = item.get("summary")
-    if isinstance(summary, list) and summary:
-        return f"[{kind}] " + _content_text(summary)
-    return f"[{kind}]"
-
 
 def message_notes(metadata: dict[str, Any]) -> list[str]:
     """The calls a turn declares, the call a result answers, and the HEALED mark."""

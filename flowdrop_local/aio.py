@@ -61,7 +61,7 @@ class AsyncStore:
     AsyncStore(target)`` (then ``await store.close()``).
 
     Raises:
-        The errors ``Store(target)`` raises, when it is opened.
+        FlowdropError: what ``Store(target)`` raises, when it is opened.
     """
 
     def __init__(

@@ -414,13 +414,13 @@ class Buffer:
 
     def _repr_html_(self) -> str:
         """The last messages as an HTML transcript for Jupyter (escaped; loads nothing remote)."""
-        from .viewer.transcript import buffer_html
+        from .transcript import buffer_html
 
         return buffer_html(self)
 
     # ---------------------------------------------------------- conversations
-    # The buffer as a conversation an application lists, names, deletes and forks
-    # (issue 13). Like clear(), these are the trusted tier: no access decision.
+    # The buffer as a conversation an application lists, names, deletes and forks.
+    # Like clear(), these are the trusted tier: no access decision.
 
     def info(self) -> BufferInfo:
         """The conversation's title, metadata, timestamps and count (one read).

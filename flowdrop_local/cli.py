@@ -407,7 +407,7 @@ def sync_(
 
     Afterwards both hold the same buffers in the synced scopes: messages sent each
     way, deletions applied, conflicts resolved (per rule), placeholders healed or
-    replaced. See README "Sync".
+    replaced. See docs/sync.md.
     """
     from . import syncing
     from .errors import InvalidArgument
@@ -560,7 +560,7 @@ def serve(ctx: click.Context, db: str | None, host: str, port: int, no_browser: 
     run(db or ctx.obj["db"], host=host, port=port, open_browser=not no_browser, announce=announce)
 
 
-# ------------------------------------------------ conversations and search (issue 13)
+# ------------------------------------------------ conversations and search
 
 
 @contextmanager

@@ -273,7 +273,7 @@ class Store:
         with self._backend.read() as tx:
             return [BufferRef(*row) for row in tx.all("list_buffers")]
 
-    # ---------------------------------------------- conversations and search (issue 13)
+    # ---------------------------------------------- conversations and search
 
     def conversations(
         self,
@@ -389,7 +389,7 @@ class Store:
         self._backend.forget_tails()
         return sqlite_utils.Database(self._backend.connection())
 
-    # ------------------------------------------- identity scopes and sessions (issue 5)
+    # ------------------------------------------- identity scopes and sessions
     # Scope refusal and session access are decided in access.py; the methods here
     # only route to the consumers (memory.py, sessions.py, RefusedBuffer).
 

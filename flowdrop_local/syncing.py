@@ -1,6 +1,6 @@
 """Offline sync's public API: ``sync(a, b)`` merges two stores that diverged into
 one history. The work is done by :mod:`flowdrop_local.sync`, one module per stage
-(its docstring maps them); the model is the README's Sync section."""
+(its docstring maps them); the model is docs/sync.md."""
 
 from __future__ import annotations
 

@@ -71,18 +71,18 @@ def lookup(query: str) -> str:
     return f"{query}: found"
 
 
-# ---------------------------------------------------------------- README
+# ------------------------------------------------------------------ docs
 
 
 def test_readme_crash_safe_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's "Crash-safe runs" code runs as written: both wirings, each item once."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The docs' "Crash-safe runs" code runs as written: both wirings, each item once."""
+    text = (ROOT / "docs" / "frameworks.md").read_text(encoding="utf-8")
     section = text[text.index("**Crash-safe runs.**") :]
     match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert match is not None
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {}
-    exec(compile(match.group(1), "README.md", "exec"), namespace)
+    exec(compile(match.group(1), "docs/frameworks.md", "exec"), namespace)
     with Store(tmp_path / "chat.db") as store:
         (conversation,) = store.buffers()
         assert conversation.count == 6

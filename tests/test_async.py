@@ -600,20 +600,20 @@ def test_a_retry_after_a_lost_answer_with_an_id_of_another_buffer_is_refused(
     asyncio.run(main())
 
 
-# ----------------------------------------------------------------------- README
+# ------------------------------------------------------------------ docs
 
 
 def test_readme_async_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's "Async" code runs as written, against a file in a temporary folder."""
+    """The docs' "Async" code runs as written, against a file in a temporary folder."""
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("\n## Async\n") :]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    text = (docs / "async.md").read_text(encoding="utf-8")
+    match = re.search(r"```python\n(.*?)```", text, re.DOTALL)
     assert match is not None
     monkeypatch.chdir(tmp_path)
-    exec(compile(match.group(1), "README.md", "exec"), {"__name__": "readme"})
+    exec(compile(match.group(1), "docs/async.md", "exec"), {"__name__": "readme"})
     with Store(tmp_path / "chat.db") as store:
         assert store.memory_get(None, "global", "greeting").value == "hi"
         assert store.buffers() == []  # the example clears its buffer at the end

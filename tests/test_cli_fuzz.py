@@ -6,7 +6,7 @@ command's own parameters, filled from a pool of hostile values (wrong types,
 huge and overlong integers, lone surrogates, NUL, ``-``, deep JSON, files that
 are not UTF-8 or hold unreadable JSON), runs it through ``CliRunner`` against a
 real database file, and asserts: no exception other than ``SystemExit``; an
-exit status the README documents; on failure exactly one ``Error:`` line (the
+exit status the CLI guide (docs/cli.md) documents; on failure exactly one ``Error:`` line (the
 last on stderr); and, after a rejected command, the database file and every
 table byte-for-byte as before.
 """

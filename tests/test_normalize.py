@@ -53,7 +53,7 @@ def test_spec_example_zero_id_is_kept_by_our_reading() -> None:
     The spec resolves the pair to ``[]`` (three drops) because PHP treats "0" as
     falsy. This library has one definition of a usable id, a non-blank string
     (``is_usable_call_id``), and local OpenAI-compatible servers do emit "0":
-    the pair is kept unchanged (README, "Sendable history").
+    the pair is kept unchanged (docs/providers.md).
     """
     assert (MEM5[0]["verdict"], MEM5[1]["verdict"], MEM5[1]["json"]) == ("unusable", "dropped", [])
     messages, dropped = normalize(MEM5[0]["json"])
@@ -78,7 +78,7 @@ def test_spec_example_result_before_its_call_keeps_the_real_result() -> None:
     as the call's answer and never heals the call, so dropping it would replace a
     real answer with an invented interruption, and ``normalize(buf.read())`` would
     disagree with the buffer it reads. The result moves to right after its call
-    (README, "Sendable history").
+    (docs/providers.md).
     """
     assert (MEM5[2]["verdict"], MEM5[3]["verdict"]) == ("misordered", "repaired")
     assert MEM5[3]["json"][1]["content"] == PLACEHOLDER_CONTENT  # the spec's reading

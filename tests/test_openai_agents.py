@@ -34,7 +34,7 @@ from flowdrop_local import (  # noqa: E402
 from flowdrop_local.integrations.openai_agents import Session  # noqa: E402
 
 set_tracing_disabled(True)
-README = Path(__file__).parent.parent / "README.md"
+GUIDE = Path(__file__).parent.parent / "docs" / "frameworks.md"
 
 USER = {"role": "user", "content": "delete a.txt"}
 CALL = {
@@ -73,19 +73,19 @@ def session(target: str) -> Any:
     s.close()
 
 
-# ---------------------------------------------------------------- README
+# ------------------------------------------------------------------ docs
 
 
 def test_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's "Use with the OpenAI Agents SDK" code runs as written, against a temp file."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("### Use with the OpenAI Agents SDK") :]
+    """The docs' "Use with the OpenAI Agents SDK" code runs as written, against a temp file."""
+    text = GUIDE.read_text(encoding="utf-8")
+    section = text[text.index("## Use with the OpenAI Agents SDK") :]
     match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert match is not None
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {}
     for _ in range(2):  # runs again in the same folder: each run is a new conversation
-        exec(compile(match.group(1), "README.md", "exec"), namespace)
+        exec(compile(match.group(1), "docs/frameworks.md", "exec"), namespace)
     assert (tmp_path / "chat.db").exists()
     validate_anthropic(namespace["payload"])
     with Store(tmp_path / "chat.db") as store:

@@ -364,7 +364,7 @@ def test_the_postgresql_server_keeps_its_files_outside_pytests_shared_root(
 
 
 def test_the_slowest_tests_are_marked_slow(pytestconfig: pytest.Config) -> None:
-    """``-m "not slow"`` leaves out the slowest tests (README: how long each part takes);
+    """``-m "not slow"`` leaves out the slowest tests (docs/index.md: how long each part takes);
     each test SLOW_TESTS names still exists, and collection marks it."""
     assert any(line.startswith("slow:") for line in pytestconfig.getini("markers"))
     gone = [

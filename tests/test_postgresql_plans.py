@@ -35,7 +35,7 @@ PATH_STATEMENTS = sorted(
         for name in match.groups()
         if name
     }
-    - {"message_for_removal"}  # the admin's look-up of a message by its id alone (README)
+    - {"message_for_removal"}  # the admin's look-up of a message by its id alone (docs/identity.md)
 )
 
 

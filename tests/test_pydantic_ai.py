@@ -107,19 +107,19 @@ def roles(buffer: Buffer) -> list[str]:
     return [m["role"] for m in buffer.read()]
 
 
-# ---------------------------------------------------------------- README
+# ------------------------------------------------------------------ docs
 
 
 def test_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's "Use with Pydantic AI" code runs as written, against a temp file."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("### Use with Pydantic AI") :]
+    """The docs' "Use with Pydantic AI" code runs as written, against a temp file."""
+    text = (ROOT / "docs" / "frameworks.md").read_text(encoding="utf-8")
+    section = text[text.index("## Use with Pydantic AI") :]
     blocks = re.findall(r"```python\n(.*?)```", section.split("\n## ")[0], re.DOTALL)
     assert len(blocks) == 2
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {}
     for block in blocks:
-        exec(compile(block, "README.md", "exec"), namespace)
+        exec(compile(block, "docs/frameworks.md", "exec"), namespace)
     with Store(tmp_path / "chat.db") as store:
         assert sorted(ref.count for ref in store.buffers()) == [4, 8]
 

@@ -7,7 +7,7 @@ it), which turns the skip into a failure. One browser and one ``serve`` process
 serve the whole module (Chromium takes about 2 s to start).
 
 Screenshots go to ``$FLOWDROP_ARTIFACTS`` (else ``tests/artifacts/``, git-ignored);
-``FLOWDROP_UPDATE_SCREENSHOT=1`` also rewrites the README's ``docs/viewer.png``.
+``FLOWDROP_UPDATE_SCREENSHOT=1`` also rewrites the docs' ``docs/viewer.png``.
 """
 
 from __future__ import annotations

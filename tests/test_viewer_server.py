@@ -30,9 +30,9 @@ from click.testing import CliRunner
 from flowdrop_local import Store
 from flowdrop_local.cli import cli
 from flowdrop_local.errors import InvalidArgument, MessageNotFound, NotADatabase, ReadOnlyStore
+from flowdrop_local.transcript import transcript
 from flowdrop_local.viewer.catalog import SEARCH_HINT, Catalog, snippet_segments
 from flowdrop_local.viewer.server import CSP, ViewerServer, open_read_only
-from flowdrop_local.viewer.transcript import transcript
 
 from ._viewer import (
     AGENT,

@@ -3,7 +3,9 @@
 A backend owns its connections and opens transactions; inside one, the handles
 (``Buffer``, sessions, memory, portability) and the append engine speak to a
 :class:`~flowdrop_local.engine.Transaction` in named statements that each backend
-defines in its own dialect. Nothing above this package holds a connection.
+defines in its own dialect. The backends own the connections: ``Store.db`` only
+wraps the SQLite backend's own one in a sqlite-utils view, and the viewer hands
+``Store`` a read-only PostgreSQL pool, as an application may hand it a pool.
 
 ``open_backend`` picks the backend from what ``Store`` was given: a
 ``postgresql://`` / ``postgres://`` URL (or a psycopg pool) is PostgreSQL, anything

@@ -388,7 +388,7 @@ SQL: dict[str, str] = {
         "m.content_parts, m.metadata, m.created_at "
         f"FROM {_JOINED_AT} ORDER BY m.position"
     ),
-    # ------------------------------------------------ conversations (issue 13)
+    # ------------------------------------------------ conversations
     "buffer_info": (
         "SELECT b.title, b.metadata, b.created_at, b.updated_at, "
         f"coalesce(({_TALLY.format('b.id')}), 0) FROM buffers AS b "
@@ -433,7 +433,7 @@ SQL: dict[str, str] = {
         "LEFT JOIN messages AS na ON na.buffer_id = %(t)s AND na.position = oa.position "
         "WHERE od.buffer_id = %(s)s AND od.position <= %(c)s"
     ),
-    # --------------------------------------------------------- search (issue 13)
+    # --------------------------------------------------------- search
     "search_enabled": "SELECT count(*) FROM pg_catalog.pg_tables "
     "WHERE schemaname = pg_catalog.current_schema() AND tablename = 'message_search'",
     # The text search functions are pg_catalog's: 'simple' is an untyped literal, which

@@ -359,7 +359,7 @@ SQL: dict[str, str] = {
         "FROM buffers AS b JOIN messages AS m ON m.buffer_id = b.id "
         "WHERE b.scope = ? AND b.scope_id = ? AND b.key = ? ORDER BY m.position"
     ),
-    # ------------------------------------------------ conversations (issue 13)
+    # ------------------------------------------------ conversations
     "buffer_info": (
         "SELECT b.title, b.metadata, b.created_at, b.updated_at, "
         f"coalesce(({_TALLY.format('b.id')}), 0) FROM buffers AS b "
@@ -410,7 +410,7 @@ SQL: dict[str, str] = {
         "LEFT JOIN messages AS na ON na.buffer_id = ?1 AND na.position = oa.position "
         "WHERE od.buffer_id = ?2 AND od.position <= ?3"
     ),
-    # --------------------------------------------------------- search (issue 13)
+    # --------------------------------------------------------- search
     "search_enabled": (
         "SELECT count(*) FROM sqlite_master WHERE name = 'message_search_text' AND type = 'table'"
     ),

@@ -21,7 +21,7 @@ planner and placeholder (:func:`~.pairing.plan_healing`,
 :func:`~.pairing.placeholder_message`), so placeholders land where the store's
 MEM-3 healing puts them: directly after the declaring turn, before its results.
 
-Two readings of the spec's examples (see README.md, "Sendable history"):
+Two readings of the spec's examples (see docs/providers.md, "Sendable history"):
 
 * a usable call id is a non-blank string, ``"0"`` included: the spec's example
   that drops a ``"0"`` pair reflects PHP's falsiness, not a rule;

@@ -88,7 +88,8 @@ def sync(
     sessions and grants (in ``scopes``).
 
     Args:
-        a, b: the stores (any backends).
+        a: one store (any backend).
+        b: the other store (any backend).
         scopes: which buffers: ``None`` (default) every non-identity scope
             (``global``, ``workflow``, ``pipeline``, ``execution``); name ``user``
             and ``session`` buffers explicitly: ``("user", "42")``, ``"user:42"``,

@@ -19,7 +19,7 @@ from typing import Any, Final
 from ..buffer import check_limit
 from ..errors import FlowdropError, InvalidArgument
 from ..store import Store
-from .transcript import transcript
+from ..transcript import transcript
 
 __all__ = ["SEARCH_HINT", "Catalog"]
 
