@@ -60,6 +60,7 @@ from .rules.pairing import (
     PLACEHOLDER_CONTENT,
     declared_call_ids,
     judge_result,
+    placeholder_metadata_text,
     plan_healing,
     repeats_known_calls,
 )
@@ -67,7 +68,21 @@ from .rules.pairing import (
 Step = tuple[str, str, Any]
 Plan = Generator[Step, Any, Any]
 
-_PLACEHOLDER_METADATA = '{{"tool_call_id":{},"healed":true}}'
+
+class MessageRow(NamedTuple):
+    """A ``messages`` row as ``insert_message`` takes it, in its column order. Every
+    writer of message rows (an append, healing, an import, a sync's merge) builds
+    this one type. ``created_at`` None: the time of the write."""
+
+    id: str
+    buffer_id: int
+    position: str
+    role: str
+    content: str
+    content_parts: int
+    metadata: str
+    created_at: str | None
+    tally: int
 
 
 class BufferState(NamedTuple):
@@ -485,7 +500,7 @@ def _append_plain(
         message_id = new_message_id()
         count += 1
         rows.append(
-            (
+            MessageRow(
                 message_id,
                 buffer_id,
                 tail,
@@ -524,8 +539,9 @@ def _row(
     message: Incoming,
     place: Placement | None,
     tally: int,
-) -> tuple[Any, ...]:
-    return (
+) -> MessageRow:
+    created_at = None if place is None else place.created_at
+    return MessageRow(
         message_id,
         buffer_id,
         position,
@@ -533,7 +549,7 @@ def _row(
         message.content,
         message.content_parts,
         message.metadata,
-        None if place is None else place.created_at,
+        created_at,
         tally,
     )
 
@@ -590,17 +606,16 @@ def heal(
         answers = []
         for position, call_id in zip(positions, call_ids, strict=True):
             message_id = new_message_id()
-            metadata = _PLACEHOLDER_METADATA.format(json.dumps(call_id, ensure_ascii=False))
             count += 1
             rows.append(
-                (
+                MessageRow(
                     message_id,
                     buffer_id,
                     position,
                     "tool",
                     PLACEHOLDER_CONTENT,
                     0,
-                    metadata,
+                    placeholder_metadata_text(call_id),
                     None,
                     count,
                 )

@@ -10,6 +10,7 @@ append makes on a turn or a result (MEM-2, MEM-1, MEM-10) are
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeVar
 
@@ -54,6 +55,11 @@ def declared_call_ids(metadata: Mapping[str, Any]) -> list[str]:
 def placeholder_metadata(call_id: str) -> dict[str, Any]:
     """The metadata of the synthetic result that heals ``call_id``."""
     return {"tool_call_id": call_id, "healed": True}
+
+
+def placeholder_metadata_text(call_id: str) -> str:
+    """:func:`placeholder_metadata` as stored: compact JSON, keys in that order."""
+    return json.dumps(placeholder_metadata(call_id), ensure_ascii=False, separators=(",", ":"))
 
 
 def placeholder_message(call_id: str) -> dict[str, Any]:

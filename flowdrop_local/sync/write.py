@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from ..engine import MessageRow
 from ..errors import (
     SyncRefused,
 )
@@ -79,7 +80,9 @@ def write_merged(
         tx.many(
             "insert_message",
             [
-                (e.id, buffer_id, position, e.role, *contents[e.id], e.metadata, e.created_at, 0)
+                MessageRow(
+                    e.id, buffer_id, position, e.role, *contents[e.id], e.metadata, e.created_at, 0
+                )
                 for e, position, _ in sorted(inserts, key=lambda i: i[1])
             ],
         )
