@@ -55,7 +55,7 @@ from typing import Any, NamedTuple, Protocol
 from .errors import InvalidMessage, MessageIdTaken
 from .model import AppendResult, Message
 from .positions import key_between, keys_between
-from .rules.incoming import Incoming, normalize
+from .rules.incoming import Incoming, incoming
 from .rules.pairing import (
     PLACEHOLDER_CONTENT,
     declared_call_ids,
@@ -91,7 +91,7 @@ class BufferState(NamedTuple):
     id: int
     message_count: int  # the tally of the last message (0 when empty)
     tail: str | None  # the last position, None when empty
-    dangling: bool  # may hold an unanswered call
+    may_hold_unanswered: bool  # may hold an unanswered call
     updated: int  # buffers.updated_at, in seconds since the epoch
     # The store's clock when read (its newest buffer stamp, seconds): an append
     # compares with the later of it and the wall clock, so a wall clock set back
@@ -221,9 +221,9 @@ def validate_batch(messages: object) -> list[Incoming]:
     A caller-supplied ``id`` may appear once in a batch (a second is InvalidMessage).
     """
     if isinstance(messages, Mapping):
-        return [normalize(messages, 0)]
+        return [incoming(messages, 0)]
     if isinstance(messages, Message):
-        return [normalize(messages.to_dict(), 0)]
+        return [incoming(messages.to_dict(), 0)]
     if isinstance(messages, str | bytes) or not isinstance(messages, Iterable):
         raise InvalidMessage(
             0,
@@ -231,7 +231,7 @@ def validate_batch(messages: object) -> list[Incoming]:
             f"expected a message or an iterable of them, not {type(messages).__name__}",
         )
     batch = [
-        normalize(m.to_dict() if isinstance(m, Message) else m, i) for i, m in enumerate(messages)
+        incoming(m.to_dict() if isinstance(m, Message) else m, i) for i, m in enumerate(messages)
     ]
     seen: dict[str, int] = {}
     for index, message in enumerate(batch):
@@ -251,20 +251,20 @@ class _Writes:
     """Rows waiting to be written with ``many``, flushed before every read.
 
     Reads go through :meth:`read`, which flushes first, so no read can see a
-    buffer without the rows the batch has already decided on. ``dangling`` says
+    buffer without the rows the batch has already decided on. ``may_hold_unanswered`` says
     whether the buffer may hold an unanswered call once the flushed rows are in:
     calls the batch declared and left open (``open_calls``) at any flush are.
     """
 
-    def __init__(self, dangling: bool) -> None:
+    def __init__(self, may_hold_unanswered: bool) -> None:
         self.rows: list[tuple[Any, ...]] = []
         self.declarations: list[tuple[int, str, str, int]] = []
         self.answers: list[tuple[str, int, str]] = []
         self.open_calls: set[str] = set()  # declared by this batch, no result yet
-        self.dangling = dangling
+        self.may_hold_unanswered = may_hold_unanswered
 
     def flush(self) -> Plan:
-        self.dangling = self.dangling or bool(self.open_calls)
+        self.may_hold_unanswered = self.may_hold_unanswered or bool(self.open_calls)
         if self.rows:
             yield "many", "insert_message", self.rows
             self.rows = []
@@ -294,10 +294,10 @@ def append(
     after the append (for the backend's cache of buffer tails).
     """
     state: BufferState = yield "open", "open_buffer", (*address, known_id)
-    buffer_id, count, tail, dangling, updated, clock = state
+    buffer_id, count, tail, may_hold_unanswered, updated, clock = state
     if (
         placements is None
-        and not dangling
+        and not may_hold_unanswered
         and (window is None or count + len(batch) <= window)
         and all(m.tool_call_id is None and not m.declared and m.id is None for m in batch)
     ):
@@ -342,7 +342,7 @@ def append(
                     given[id_], "id", f"{id_!r} is the id of a message in another buffer"
                 )
             stored_ids.add(id_)
-    writes = _Writes(dangling)
+    writes = _Writes(may_hold_unanswered)
     placed_inside = False  # a placeholder placed before the last row
     healed_inside: list[str] = []  # turns healing placed placeholders after, inside
     open_calls = writes.open_calls
@@ -355,7 +355,7 @@ def append(
             dropped += 1
             continue
         if role == "user":
-            if writes.dangling or open_calls:
+            if writes.may_hold_unanswered or open_calls:
                 yield from writes.flush()
                 limit = (
                     None
@@ -374,7 +374,7 @@ def append(
                     inside=healed_inside,
                 )
                 count += len(healed_ids) - healed_before
-                writes.dangling = False
+                writes.may_hold_unanswered = False
                 open_calls.clear()
         elif role == "tool" and call_id is not None:
             found = results.get(call_id)
@@ -446,7 +446,7 @@ def append(
                     open_calls.add(declared)
             known.update(message.declared)
     yield from writes.flush()
-    dangling = writes.dangling
+    may_hold_unanswered = writes.may_hold_unanswered
     if tail is not None and tail_tally != count:
         # A row placed before the last one (a placeholder) changed the count.
         yield "write", "set_tally", (count, buffer_id, tail)
@@ -464,7 +464,7 @@ def append(
             yield from _settle_tally(buffer_id, count)
         row = yield "one", "tail", (buffer_id,)
         tail = row[0]
-        dangling = True
+        may_hold_unanswered = True
     now = clock = max(int(time.time()), clock)
     if replaced_ids or evicted or placed_inside or healed_inside:  # not only at the end
         yield from edited(buffer_id)
@@ -481,7 +481,7 @@ def append(
         dropped=dropped,
         evicted=evicted,
     )
-    return result, BufferState(buffer_id, count, tail, dangling, updated, clock)
+    return result, BufferState(buffer_id, count, tail, may_hold_unanswered, updated, clock)
 
 
 def _append_plain(

@@ -71,7 +71,7 @@ from .errors import (
 )
 from .positions import is_valid_key, key_between, keys_between
 from .refused import buffer_of
-from .rules.incoming import Incoming, check_message_id, normalize
+from .rules.incoming import Incoming, check_message_id, incoming
 
 if TYPE_CHECKING:
     from .backends.base import Backend, Tx
@@ -415,7 +415,7 @@ class _Importer:
         if position is not None and not is_valid_key(position):
             raise InvalidImport(number, f"position {position!r} is not a valid key")
         try:
-            message = normalize({k: v for k, v in record.items() if k not in _NOT_MESSAGE}, 0)
+            message = incoming({k: v for k, v in record.items() if k not in _NOT_MESSAGE}, 0)
         except InvalidMessage as error:
             raise InvalidImport(number, f"{error.field}: {error.problem}") from None
 

@@ -65,7 +65,7 @@ from .errors import (
 )
 from .model import AppendResult, Message
 from .refused import buffer_of
-from .rules.incoming import MAX_STORED_BYTES, coerce_content, too_big
+from .rules.incoming import MAX_STORED_BYTES, stored_content, too_big
 
 if TYPE_CHECKING:
     from .backends.base import Backend, Tx
@@ -490,7 +490,7 @@ class Sessions:
                 message's session cannot be loaded.
         """
         mid = _text("message id", message_id, blank=True)
-        text, parts = coerce_content(content, 0)
+        text, parts = stored_content(content, 0)
         if too_big(text):
             raise InvalidMessage(0, "content", f"takes more than {MAX_STORED_BYTES:,} bytes")
         with self.db.write() as tx:

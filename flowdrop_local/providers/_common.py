@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from ..errors import InvalidArgument, shown
 from ..model import ToolCall
-from ..rules.normalize import Message, is_empty_content, normalize
+from ..rules.normalize import MessageDict, is_empty_content, normalize
 from ..rules.pairing import call_id_of, is_usable_call_id
 
 # A declared call without a name still needs one to be sent; providers require it.
@@ -78,14 +78,14 @@ def _check_window_limit(limit: object) -> None:
         raise InvalidArgument(f"limit must be a non-negative integer or None, got {shown(limit)}")
 
 
-def _ids_of(message: Message) -> list[Any]:
+def _ids_of(message: MessageDict) -> list[Any]:
     """The call ids a message names: its result's, or the calls it declares."""
     metadata = message.get("metadata") or {}
     ids: list[Any] = [metadata.get("tool_call_id")] if message.get("role") == "tool" else []
     return ids + [call_id_of(c) for c in metadata.get("tool_calls") or () if isinstance(c, Mapping)]
 
 
-def _window_start(messages: Sequence[Message], limit: int) -> int:
+def _window_start(messages: Sequence[MessageDict], limit: int) -> int:
     """Where the window of the last ``limit`` messages starts, widened to whole turns."""
     declared_at: dict[str, int] = {}
     answered_at: dict[str, int] = {}
@@ -119,7 +119,7 @@ def _window_start(messages: Sequence[Message], limit: int) -> int:
     return start
 
 
-def window(messages: Sequence[Message], limit: int | None) -> list[Message]:
+def window(messages: Sequence[MessageDict], limit: int | None) -> list[MessageDict]:
     """The last ``limit`` messages, widened so that the window is whole turns.
 
     The start moves back to the user message that opens its turn (or to the
@@ -143,7 +143,7 @@ def window(messages: Sequence[Message], limit: int | None) -> list[Message]:
     return _with_prompt(messages[: _leading_system(messages)], messages[start:], start)
 
 
-def _leading_system(messages: Sequence[Message]) -> int:
+def _leading_system(messages: Sequence[MessageDict]) -> int:
     """How many system messages open ``messages``."""
     count = 0
     for message in messages:
@@ -153,14 +153,16 @@ def _leading_system(messages: Sequence[Message]) -> int:
     return count
 
 
-def _with_prompt(prompt: Sequence[Message], rest: Sequence[Message], start: int) -> list[Message]:
+def _with_prompt(
+    prompt: Sequence[MessageDict], rest: Sequence[MessageDict], start: int
+) -> list[MessageDict]:
     """The opening system messages, then the window (which starts at ``start``)."""
     if start <= len(prompt):  # the window reaches back into them already
         return list(prompt[:start]) + list(rest)
     return list(prompt) + list(rest)
 
 
-def _settled(chunk: Sequence[Message], start: int) -> bool:
+def _settled(chunk: Sequence[MessageDict], start: int) -> bool:
     """True when nothing in ``chunk[start:]`` pairs with a message before ``chunk``.
 
     A call followed by a user turn was healed, so its result is stored somewhere;
@@ -190,10 +192,10 @@ def _settled(chunk: Sequence[Message], start: int) -> bool:
 
 
 def read_window(
-    read: Callable[[int | None], list[Message]],
+    read: Callable[[int | None], list[MessageDict]],
     limit: int | None,
-    head: Callable[[int], list[Message]] | None = None,
-) -> list[Message]:
+    head: Callable[[int], list[MessageDict]] | None = None,
+) -> list[MessageDict]:
     """The window of ``limit`` messages (:func:`window`), reading only what it needs.
 
     ``read(n)`` returns the last ``n`` messages (``Buffer.read``). The read
@@ -214,13 +216,13 @@ def read_window(
             kind, n = reads.send(answer)
             answer = read(n) if kind == "read" or head is None else head(n or 0)
     except StopIteration as done:
-        result: list[Message] = done.value
+        result: list[MessageDict] = done.value
         return result
 
 
 def window_reads(
     limit: int | None, *, with_head: bool
-) -> Generator[tuple[str, int | None], list[Message], list[Message]]:
+) -> Generator[tuple[str, int | None], list[MessageDict], list[MessageDict]]:
     """:func:`read_window` as a plan: it yields ``("read", n)`` (the last ``n``) and
     ``("head", n)`` (the first ``n``), is sent the messages, and returns the window.
 
@@ -252,7 +254,7 @@ def window_reads(
     return prompt + chunk[start:]
 
 
-def prepare(messages: Sequence[Message], limit: int | None = None) -> list[Message]:
+def prepare(messages: Sequence[MessageDict], limit: int | None = None) -> list[MessageDict]:
     """Window and normalise (MEM-5): the sendable flat history."""
     return normalize(window(messages, limit))[0]
 
@@ -260,13 +262,13 @@ def prepare(messages: Sequence[Message], limit: int | None = None) -> list[Messa
 # ------------------------------------------------------------ reading messages
 
 
-def responses_item(message: Message) -> dict[str, Any] | None:
+def responses_item(message: MessageDict) -> dict[str, Any] | None:
     """The Responses item the Agents SDK session stored for this message, if any."""
     item = message["metadata"].get(RESPONSES_ITEM)
     return item if isinstance(item, dict) else None
 
 
-def is_opaque(message: Message) -> bool:
+def is_opaque(message: MessageDict) -> bool:
     """True for an assistant entry that is only a stored Responses item with no chat meaning.
 
     Reasoning or a hosted tool call, with no content and no calls of its own: only
@@ -283,7 +285,7 @@ def is_opaque(message: Message) -> bool:
     )
 
 
-def tool_calls(message: Message) -> list[ToolCall]:
+def tool_calls(message: MessageDict) -> list[ToolCall]:
     """The calls an assistant turn declares, read through either id spelling (MEM-11)."""
     calls = message["metadata"].get("tool_calls") or ()
     return [ToolCall.from_declaration(c) for c in calls if isinstance(c, Mapping)]

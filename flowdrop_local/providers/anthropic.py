@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ..errors import InvalidPayload
-from ..rules.normalize import Message
+from ..rules.normalize import MessageDict
 from ._common import (
     ANTHROPIC_BLOCKS,
     ANTHROPIC_RESULT_BLOCKS,
@@ -144,7 +144,7 @@ def _simplified(blocks: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     return blocks
 
 
-def to_anthropic(messages: Sequence[Message], *, limit: int | None = None) -> dict[str, Any]:
+def to_anthropic(messages: Sequence[MessageDict], *, limit: int | None = None) -> dict[str, Any]:
     """``{"system": ..., "messages": [...]}`` for stored messages (``Buffer.read()`` dicts).
 
     ``system`` is present only when the history has system messages: one text

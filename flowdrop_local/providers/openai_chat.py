@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ..errors import InvalidPayload
-from ..rules.normalize import Message
+from ..rules.normalize import MessageDict
 from ._common import (
     IMAGE_PARTS,
     REASONING_PARTS,
@@ -81,7 +81,7 @@ def _content(content: str | list[Any], role: str) -> str | list[Any]:
 
 
 def to_openai_chat(
-    messages: Sequence[Message], *, limit: int | None = None
+    messages: Sequence[MessageDict], *, limit: int | None = None
 ) -> list[dict[str, Any]]:
     """Chat Completions ``messages`` for stored messages (``Buffer.read()`` dicts).
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ..errors import InvalidPayload
-from ..rules.normalize import ROLE_ALIASES, Message, is_empty_content
+from ..rules.normalize import ROLE_ALIASES, MessageDict, is_empty_content
 from ..rules.pairing import (
     PLACEHOLDER_CONTENT,
     is_placeholder,
@@ -109,7 +109,7 @@ def _with_item(
     return {"role": role, "content": "", "metadata": {**metadata, RESPONSES_ITEM: dict(item)}}
 
 
-def message_to_items(message: Message) -> list[dict[str, Any]]:
+def message_to_items(message: MessageDict) -> list[dict[str, Any]]:
     """The Responses items for one stored message.
 
     A message stored by :func:`item_to_message` gives back its item exactly (a
@@ -133,7 +133,7 @@ def message_to_items(message: Message) -> list[dict[str, Any]]:
     return _mapped(message)
 
 
-def _restored(item: Mapping[str, Any], message: Message) -> dict[str, Any]:
+def _restored(item: Mapping[str, Any], message: MessageDict) -> dict[str, Any]:
     restored = copy.deepcopy(dict(item))
     kind = restored.get("type", "message" if "role" in restored else None)
     field = "output" if kind == "function_call_output" else "content"
@@ -148,7 +148,7 @@ def _restored(item: Mapping[str, Any], message: Message) -> dict[str, Any]:
     return restored
 
 
-def _fits(item: dict[str, Any], message: Message) -> bool:
+def _fits(item: dict[str, Any], message: MessageDict) -> bool:
     """True when ``item`` says what ``message`` says, and the API takes it."""
     role, metadata = message["role"], message["metadata"]
     kind = item.get("type", "message")
@@ -171,7 +171,7 @@ def _fits(item: dict[str, Any], message: Message) -> bool:
     return True
 
 
-def _mapped(message: Message) -> list[dict[str, Any]]:
+def _mapped(message: MessageDict) -> list[dict[str, Any]]:
     role, content, metadata = message["role"], message["content"], message["metadata"]
     if role == "tool":
         if is_placeholder(message):
@@ -247,7 +247,7 @@ def _parts(content: list[Any], place: str) -> list[Any]:
 
 
 def to_openai_responses(
-    messages: Sequence[Message], *, limit: int | None = None
+    messages: Sequence[MessageDict], *, limit: int | None = None
 ) -> list[dict[str, Any]]:
     """Responses ``input`` items for stored messages (``Buffer.read()`` dicts).
 

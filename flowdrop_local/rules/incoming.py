@@ -140,7 +140,7 @@ def _check_size(content: str, metadata: str, index: int) -> None:
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
-def coerce_content(value: object, index: int) -> tuple[str, int]:
+def stored_content(value: object, index: int) -> tuple[str, int]:
     """Content as stored: (text, 0), or (JSON array of parts, 1); InvalidMessage otherwise."""
     if isinstance(value, str):
         if not value.isascii():
@@ -237,7 +237,7 @@ def check_message_id(value: object, index: int) -> str:
     )
 
 
-def normalize(message: object, index: int = 0) -> Incoming:
+def incoming(message: object, index: int = 0) -> Incoming:
     """Validate one incoming message and return it in the stored shape.
 
     Raises:
@@ -260,7 +260,7 @@ def normalize(message: object, index: int = 0) -> Incoming:
         raise InvalidMessage(
             index, "role", f"must be one of assistant, system, tool, user; got {shown(role)}"
         )
-    content, content_parts = coerce_content(message.get("content"), index)
+    content, content_parts = stored_content(message.get("content"), index)
     given_id = message.get("id")
     message_id = None if given_id is None else check_message_id(given_id, index)
 

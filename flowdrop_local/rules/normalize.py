@@ -41,7 +41,7 @@ from ..errors import InvalidPayload
 from .incoming import PAIRING_BLOCKS, ROLES
 from .pairing import call_id_of, is_usable_call_id, placeholder_message, plan_healing
 
-Message = dict[str, Any]
+MessageDict = dict[str, Any]  # a message as the API takes it; model.Message is the stored record
 
 # ROLES and the content blocks that carry tool pairing (Anthropic) are the write
 # path's own (rules/incoming.py): one definition. Inside content a pairing block
@@ -90,7 +90,7 @@ def is_empty_content(content: str | list[Any]) -> bool:
     return not content if isinstance(content, list) else not content.strip()
 
 
-def coerce_message(entry: object) -> tuple[Message | None, int]:
+def coerce_message(entry: object) -> tuple[MessageDict | None, int]:
     """Coerce one entry to the flat shape (MEM-5 rule 1).
 
     Returns the message (``None`` when the entry is dropped) and how many items
@@ -130,7 +130,7 @@ def coerce_message(entry: object) -> tuple[Message | None, int]:
     return message, dropped
 
 
-def repair_pairing(messages: Iterable[Message]) -> tuple[list[Message], int]:
+def repair_pairing(messages: Iterable[MessageDict]) -> tuple[list[MessageDict], int]:
     """Repair tool pairing over coerced messages (MEM-5 rule 3); return them and the drops.
 
     * A call whose id is unusable, or declared before (by an earlier turn or
@@ -149,10 +149,10 @@ def repair_pairing(messages: Iterable[Message]) -> tuple[list[Message], int]:
 
     The count is one per dropped message and one per dropped call declaration.
     """
-    kept: list[Message] = []
+    kept: list[MessageDict] = []
     declared: dict[str, int] = {}  # call id -> index in kept of the declaring turn
     order: list[tuple[int, str]] = []  # every kept declaration, in order
-    tools: list[Message] = []  # every result, in list order: matched once all turns are read
+    tools: list[MessageDict] = []  # every result, in list order: matched once all turns are read
     dropped = 0
     for message in messages:
         metadata = message["metadata"]
@@ -183,7 +183,7 @@ def repair_pairing(messages: Iterable[Message]) -> tuple[list[Message], int]:
                 metadata["tool_calls"] = keep
             message = {**message, "metadata": metadata}
         kept.append(message)
-    results: dict[int, list[Message]] = {}
+    results: dict[int, list[MessageDict]] = {}
     answered: set[str] = set()
     for message in tools:
         call_id = message["metadata"].get("tool_call_id")
@@ -195,7 +195,7 @@ def repair_pairing(messages: Iterable[Message]) -> tuple[list[Message], int]:
             answered.add(call_id)
             results.setdefault(declared[call_id], []).append(message)
     healing = dict(plan_healing((slot, i) for slot, i in order if i not in answered))
-    repaired: list[Message] = []
+    repaired: list[MessageDict] = []
     for slot, message in enumerate(kept):
         repaired.append(message)
         repaired.extend(placeholder_message(i) for i in healing.get(slot, ()))
@@ -203,7 +203,7 @@ def repair_pairing(messages: Iterable[Message]) -> tuple[list[Message], int]:
     return repaired, dropped
 
 
-def normalize(messages: Iterable[object]) -> tuple[list[Message], int]:
+def normalize(messages: Iterable[object]) -> tuple[list[MessageDict], int]:
     """MEM-5: one message list in, a sendable one and the number of drops out.
 
     Idempotent: ``normalize(normalize(m)[0]) == (normalize(m)[0], 0)``. The
@@ -211,7 +211,7 @@ def normalize(messages: Iterable[object]) -> tuple[list[Message], int]:
     themselves; nothing recounts their rules.
     """
     dropped = 0
-    coerced: list[Message] = []
+    coerced: list[MessageDict] = []
     for entry in messages:
         message, lost = coerce_message(entry)
         dropped += lost
@@ -234,7 +234,7 @@ def normalize(messages: Iterable[object]) -> tuple[list[Message], int]:
     return repaired, dropped
 
 
-def validate_pairing(messages: Iterable[Message]) -> None:
+def validate_pairing(messages: Iterable[MessageDict]) -> None:
     """Raise unless every call is answered once, right after its turn, in the flat shape.
 
     Checked, in order: each message is a mapping with a known role; an

@@ -91,14 +91,14 @@ def merge_buffer(
         return None
     before, tail = read.before, read.tail
     if tail is not None and all(len(rows) == len(read.context) for rows in before.values()):
-        return tail[2], views[first.label].held_text(), False  # nothing new
+        return tail[2], views[first.label].held_at_last_sync_text(), False  # nothing new
     if _deleted_elsewhere(address, first, second, before, report):
         return None
     _refuse_one_id_two_roles(address, before)
     sides = {first.label: first, second.label: second}
     generations = {
         side.label: generations_of(
-            side, before[side.label], {} if tail else views[side.label].held()
+            side, before[side.label], {} if tail else views[side.label].held_at_last_sync()
         )
         for side in (first, second)
     }
@@ -289,7 +289,7 @@ def _state_after(first: Side, read: _Read, final: list[Entry], view: View) -> tu
         rows = [(e.id, e.position, e.fingerprint) for e in first.entries(first_id)]
         return digest_of(rows), held_of(rows), True
     grown_rows = [row for row in rows if row[1] > tail[0]]
-    held = " ".join(filter(None, (view.held_text(), held_of(grown_rows))))
+    held = " ".join(filter(None, (view.held_at_last_sync_text(), held_of(grown_rows))))
     return digest_of(grown_rows, tail[2]), held, True
 
 
@@ -395,7 +395,9 @@ def merge_buffers(
         elif views["a"].digest == views["b"].digest:
             read = [side for side in sides if views[side.label].read]
             found = {
-                s.label: generations_of(s, views[s.label].entries, views[s.label].held())
+                s.label: generations_of(
+                    s, views[s.label].entries, views[s.label].held_at_last_sync()
+                )
                 for s in read
             }
             if read:  # both hold the same versions: their generations, on both

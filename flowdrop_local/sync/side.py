@@ -17,7 +17,7 @@ from ..errors import InvalidAddress, InvalidMessage, SyncRefused
 from ..memory import _key as memory_key
 from ..portability import MAX_LINE_CHARS
 from ..positions import is_valid_key
-from ..rules.incoming import normalize
+from ..rules.incoming import incoming
 from ..rules.merge import Entry
 from ..rules.order import MAX_RANK, ROOT, Link
 from ..rules.pairing import PLACEHOLDER_CONTENT, marked_healed, placeholder_metadata
@@ -119,16 +119,16 @@ class View:
             return self.state[0]
         return digest_of(self.rows)
 
-    def held_text(self) -> str:
+    def held_at_last_sync_text(self) -> str:
         """The recorded ids (and fingerprint prefixes) of the last sync ('' if none)."""
         if self._held is None:
             row = self.side.tx.one("sync_state_held", self.address) if self.state else None
             self._held = "" if row is None else str(row[0])
         return self._held
 
-    def held(self) -> dict[str, str]:
+    def held_at_last_sync(self) -> dict[str, str]:
         """What the buffer held at the last sync: id -> fingerprint prefix ({} if none)."""
-        return parse_held(self.held_text())
+        return parse_held(self.held_at_last_sync_text())
 
 
 def held_of(rows: Iterable[tuple[str, str, str]]) -> str:
@@ -379,7 +379,7 @@ def message_problem(entry: Entry, content: str, parts: int) -> str | None:
             "content": json.loads(content) if parts else content,
             "metadata": json.loads(entry.metadata),
         }
-        normalize(record, 0)
+        incoming(record, 0)
     except (InvalidMessage, ValueError) as error:
         return f"is not a message an import takes ({error})"
     return None

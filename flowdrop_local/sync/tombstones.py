@@ -47,7 +47,7 @@ def record_found(sides: Iterable[Side], addresses: Iterable[Address]) -> None:
             if view.state is None or view.kind in ("unchanged", "grown"):
                 continue
             present = {e.id for e in view.entries}
-            gone += [(id_, address) for id_ in view.held() if id_ not in present]
+            gone += [(id_, address) for id_ in view.held_at_last_sync() if id_ not in present]
         # The library's own deletions have their tombstones (and kinds) already; what
         # a row deleted behind it was is gone with it: each counts as a message.
         dead = side.tombstoned([id_ for id_, _ in gone])
