@@ -39,7 +39,7 @@ from .check import Violation
 from .engine import Plan, new_message_id, validate_batch
 from .errors import StoreClosed, UnsupportedOperation
 from .memory import MemoryRead, MemoryWrite, delete_op, get_op, set_op
-from .model import AppendResult, BufferRef, Message
+from .model import AppendResult, BufferInfo, BufferRef, Message
 from .portability import export_reads, export_record
 from .providers._common import window_reads
 from .refused import buffer_of
@@ -471,13 +471,14 @@ class AsyncBuffer:
         rows: list[dict[str, Any]] = await self._store._pg.read(plan, snapshot=before is not None)
         return rows
 
-    async def messages(self, limit: int | None = None) -> list[Message]:
-        """As ``Buffer.messages``: :class:`Message` records in order."""
+    async def messages(
+        self, limit: int | None = None, *, before: str | None = None
+    ) -> list[Message]:
+        """As ``Buffer.messages``: :class:`Message` records in order (``before``: page back)."""
         if not self._native():
-            return await self._sync_call(self._buffer.messages, limit)
-        messages: list[Message] = await self._store._pg.read(
-            self._buffer.messages_plan(limit), snapshot=False
-        )
+            return await self._sync_call(self._buffer.messages, limit, before=before)
+        plan = self._buffer.messages_plan(limit, before=before)
+        messages: list[Message] = await self._store._pg.read(plan, snapshot=before is not None)
         return messages
 
     async def count(self) -> int:
@@ -515,7 +516,7 @@ class AsyncBuffer:
         try:
             result, _ = await self._store._pg.transact(lambda: buffer.append_plan(batch))
         except BaseException:
-            buffer._id = None  # the rollback may have undone the buffer's row
+            buffer.forget_row()  # the rollback may have undone the buffer's row
             raise
         appended: AppendResult = result
         return appended
@@ -532,6 +533,75 @@ class AsyncBuffer:
         if not self._native():
             return await self._sync_call(self._buffer.clear)
         return int(await self._store._pg.transact(self._buffer.clear_plan))
+
+    # ---------------------------------------------------------- conversations
+
+    async def info(self) -> BufferInfo:
+        """As ``Buffer.info``: the title, metadata, timestamps and count (one read)."""
+        if not self._native():
+            return await self._sync_call(self._buffer.info)
+        info: BufferInfo = await self._store._pg.read(self._buffer.info_plan(), snapshot=False)
+        return info
+
+    async def set_title(self, title: str) -> BufferInfo:
+        """As ``Buffer.set_title``: name the conversation; returns :meth:`info`.
+
+        Raises:
+            InvalidArgument: ``title`` is not a storable title; nothing was written.
+        """
+        if not self._native():
+            return await self._sync_call(self._buffer.set_title, title)
+        buffer = self._buffer
+        info: BufferInfo = await self._store._pg.transact(lambda: buffer.set_title_plan(title))
+        return info
+
+    async def update_metadata(self, changes: Mapping[str, Any]) -> BufferInfo:
+        """As ``Buffer.update_metadata``: a shallow merge (``None`` removes a key);
+        returns :meth:`info`.
+
+        Raises:
+            InvalidArgument: ``changes`` is not a mapping with string keys, a value is
+                not JSON, or the result is too large; nothing was written.
+        """
+        if not self._native():
+            return await self._sync_call(self._buffer.update_metadata, changes)
+        buffer = self._buffer
+        await self._store._pg.transact(lambda: buffer.update_metadata_plan(changes))
+        return await self.info()
+
+    async def delete(self) -> int:
+        """As ``Buffer.delete``: the buffer's row, messages and ledger go; returns how
+        many messages were deleted (0 when the buffer did not exist)."""
+        if not self._native():
+            return await self._sync_call(self._buffer.delete)
+        return int(await self._store._pg.transact(self._buffer.delete_plan))
+
+    async def fork(
+        self,
+        *,
+        at: str,
+        to: tuple[str, str, str],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> AsyncBuffer:
+        """As ``Buffer.fork``: copy the history through message ``at`` into the empty
+        buffer ``to``, in one transaction; returns an :class:`AsyncBuffer` on it.
+
+        ``progress(done, total)`` is called after each run of copied rows (on SQLite,
+        on the store's worker thread).
+
+        Raises:
+            MessageNotFound: ``at`` is no message of this buffer.
+            BufferNotEmpty: ``to`` already holds messages (or is this buffer).
+            InvalidAddress: ``to`` is not a usable address.
+        """
+        if not self._native():
+            target = await self._sync_call(self._buffer.fork, at=at, to=to, progress=progress)
+        else:
+            buffer = self._buffer
+            target = await self._store._pg.transact(
+                lambda: buffer.fork_plan(at=at, to=to, progress=progress)
+            )
+        return AsyncBuffer(self._store, target)
 
     # -------------------------------------------------------- provider payloads
 
@@ -595,4 +665,3 @@ def _all(statement: str, params: Any = ()) -> Plan:
     """A plan of one named read."""
     rows = yield "all", statement, params
     return rows
-

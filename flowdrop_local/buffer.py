@@ -80,6 +80,12 @@ _MAX_METADATA = 1_000_000
 FORK_RUN = 5000  # rows a fork copies per statement (a progress step)
 
 
+def check_before(before: object) -> None:
+    """``before`` as :meth:`Buffer.read` and :meth:`Buffer.messages` take it: None or an id."""
+    if before is not None and not isinstance(before, str):
+        raise InvalidArgument(f"before must be a message id (a string), not {shown(before)}")
+
+
 def check_title(title: object) -> str:
     """A conversation title as it can be stored, or InvalidArgument."""
     if not isinstance(title, str):
@@ -201,6 +207,11 @@ class Buffer:
         """``(scope, scope_id, key)``."""
         return (self.scope, self.scope_id, self.key)
 
+    def forget_row(self) -> None:
+        """Drop the buffer's row id this handle last saw (a hint), so the next write
+        looks it up again: after a failed write, whose rollback may have undone the row."""
+        self._id = None
+
     # ------------------------------------------------------------------ reads
 
     def existing_id(self, tx: Tx) -> int | None:
@@ -226,8 +237,7 @@ class Buffer:
         Raises:
             MessageNotFound: ``before`` names no message of this buffer.
         """
-        if before is not None and not isinstance(before, str):
-            raise InvalidArgument(f"before must be a message id (a string), not {shown(before)}")
+        check_before(before)
         with self.db.read(snapshot=before is not None) as tx:
             return self.read_in(tx, limit, before=before)
 
@@ -240,8 +250,7 @@ class Buffer:
 
     def read_plan(self, limit: int | None = None, *, before: str | None = None) -> Plan:
         """:meth:`read` as a plan (the arguments are checked when it starts)."""
-        if before is not None and not isinstance(before, str):
-            raise InvalidArgument(f"before must be a message id (a string), not {shown(before)}")
+        check_before(before)
         if before is None:  # one statement, keyed by the address
             if limit is None:
                 rows = yield "all", "read_all_at", self.address
@@ -275,8 +284,7 @@ class Buffer:
         Raises:
             MessageNotFound: ``before`` names no message of this buffer.
         """
-        if before is not None and not isinstance(before, str):
-            raise InvalidArgument(f"before must be a message id (a string), not {shown(before)}")
+        check_before(before)
         with self.db.read(snapshot=before is not None) as tx:
             return self.messages_in(tx, limit, before=before)
 
@@ -289,6 +297,7 @@ class Buffer:
 
     def messages_plan(self, limit: int | None = None, *, before: str | None = None) -> Plan:
         """:meth:`messages` as a plan."""
+        check_before(before)
         if before is not None:
             found = yield from self._position_of(before)
             buffer_id = self._id
@@ -306,9 +315,7 @@ class Buffer:
                     "id": id_,
                     "position": position,
                     "role": role,
-                    "content": (
-                        stored_json(content, "message {}", id_) if parts else content
-                    ),
+                    "content": (stored_json(content, "message {}", id_) if parts else content),
                     "metadata": stored_json(metadata, "message {}", id_),
                     "created_at": created_at,
                 },
@@ -385,7 +392,7 @@ class Buffer:
         try:
             return self.db.transact(lambda tx: self.append_in(tx, batch), keep_tails=True)
         except BaseException:
-            self._id = None  # the rollback may have undone the buffer's row
+            self.forget_row()  # the rollback may have undone the buffer's row
             raise
 
     def append_in(
@@ -429,7 +436,12 @@ class Buffer:
         as an empty :class:`BufferInfo` with ``created_at`` and ``updated_at`` None.
         """
         with self.db.read(snapshot=False) as tx:
-            row = tx.one("buffer_info", self.address)
+            info: BufferInfo = engine.drive(self.info_plan(), tx)
+        return info
+
+    def info_plan(self) -> Plan:
+        """:meth:`info` as a plan (one read)."""
+        row = yield "one", "buffer_info", self.address
         return self._info(row)
 
     def _info(self, row: Any) -> BufferInfo:
@@ -453,11 +465,22 @@ class Buffer:
             InvalidArgument: ``title`` is not a string, holds a lone surrogate or a
                 NUL, or is longer than 1,000 characters; nothing was written.
         """
-        text = check_title(title)
+        plan = self.set_title_plan(title)  # the title is checked before the transaction
         with self.db.write() as tx:
-            tx.write("set_title", (text, self._row(tx)))
-            # Read in the write: a row that cannot be shown rolls the title back.
-            return self._info(tx.one("buffer_info", self.address))
+            info: BufferInfo = engine.drive(plan, tx)
+        return info
+
+    def set_title_plan(self, title: str) -> Plan:
+        """:meth:`set_title` as a plan, for a write transaction; ``title`` is checked
+        when the plan is made (InvalidArgument before any transaction)."""
+        return self._set_title(check_title(title))
+
+    def _set_title(self, text: str) -> Plan:
+        buffer_id = yield from self._row_plan()
+        yield "write", "set_title", (text, buffer_id)
+        # Read in the write: a row that cannot be shown rolls the title back.
+        row = yield "one", "buffer_info", self.address
+        return self._info(row)
 
     def update_metadata(self, changes: Mapping[str, Any]) -> BufferInfo:
         """Merge ``changes`` into the conversation's metadata object; returns :meth:`info`.
@@ -470,35 +493,41 @@ class Buffer:
             InvalidArgument: ``changes`` is not a mapping with string keys, a value
                 is not JSON, or the result is too large; nothing was written.
         """
+        plan = self.update_metadata_plan(changes)  # bad input: refused before the transaction
+        with self.db.write() as tx:
+            engine.drive(plan, tx)
+        return self.info()
+
+    def update_metadata_plan(self, changes: Mapping[str, Any]) -> Plan:
+        """:meth:`update_metadata`'s write as a plan (then :meth:`info` is read on its
+        own); ``changes`` are checked when the plan is made (InvalidArgument)."""
         if not isinstance(changes, Mapping):
             raise InvalidArgument(f"metadata changes must be a mapping, not {shown(changes)}")
         if not all(isinstance(k, str) for k in changes):
             raise InvalidArgument("metadata keys must be strings")
-        checked_json(dict(changes))  # bad input is refused before the transaction
-        with self.db.write() as tx:
-            buffer_id = self._row(tx)
-            stored = stored_json(
-                tx.one("buffer_metadata", (buffer_id,))[0],
-                "the metadata of buffer {}/{}/{}",
-                *self.address,
-            )
-            if not isinstance(stored, dict):
-                raise CorruptRow(f"the metadata of buffer {'/'.join(self.address)} is no object")
-            for name, value in changes.items():
-                if value is None:
-                    stored.pop(name, None)
-                else:
-                    stored[name] = value
-            tx.write("set_metadata", (checked_json(stored), buffer_id))
-        return self.info()
+        checked_json(dict(changes))
+        return self._update_metadata(dict(changes))
 
-    def _row(self, tx: Tx) -> int:
+    def _update_metadata(self, changes: dict[str, Any]) -> Plan:
+        buffer_id = yield from self._row_plan()
+        row = yield "one", "buffer_metadata", (buffer_id,)
+        stored = stored_json(row[0], "the metadata of buffer {}/{}/{}", *self.address)
+        if not isinstance(stored, dict):
+            raise CorruptRow(f"the metadata of buffer {'/'.join(self.address)} is no object")
+        for name, value in changes.items():
+            if value is None:
+                stored.pop(name, None)
+            else:
+                stored[name] = value
+        yield "write", "set_metadata", (checked_json(stored), buffer_id)
+
+    def _row_plan(self) -> Plan:
         """The buffer's row id, creating the row if it has none, locked for this write."""
-        row = tx.one("find_buffer", self.address)
+        row = yield "one", "find_buffer", self.address
         if row is None:
-            tx.write("create_buffer", self.address)
-            row = tx.one("find_buffer", self.address)
-        tx.one("lock_buffer", (row[0],))
+            yield "write", "create_buffer", self.address
+            row = yield "one", "find_buffer", self.address
+        yield "one", "lock_buffer", (row[0],)
         self._id = row[0]
         return int(row[0])
 
@@ -515,15 +544,19 @@ class Buffer:
 
     def delete_in(self, tx: Tx) -> int:
         """:meth:`delete` inside an open write transaction (the sessions API's admin tier)."""
-        buffer_id = self.existing_id(tx)
+        return int(engine.drive(self.delete_plan(), tx))
+
+    def delete_plan(self) -> Plan:
+        """:meth:`delete` as a plan, for a write transaction."""
+        buffer_id = yield from self.existing_id_plan()
         if buffer_id is None:
             return 0
-        tx.one("lock_buffer", (buffer_id,))  # waits for an append in progress
-        tx.write("clear_ledger", (buffer_id,))
-        deleted = tx.run("clear_messages", (buffer_id,))
-        engine.drive(engine.edited(buffer_id), tx)  # a buffer made again is not "grown"
-        tx.write("delete_buffer", (buffer_id,))
-        self._id = None
+        yield "one", "lock_buffer", (buffer_id,)  # waits for an append in progress
+        yield "write", "clear_ledger", (buffer_id,)
+        deleted: int = yield "run", "clear_messages", (buffer_id,)
+        yield from engine.edited(buffer_id)  # a buffer made again is not "grown"
+        yield "write", "delete_buffer", (buffer_id,)
+        self.forget_row()
         return deleted
 
     def fork(
@@ -552,13 +585,32 @@ class Buffer:
             InvalidAddress: ``to`` is not a usable address (an identity scope whose
                 id names nobody included).
         """
+        plan = self.fork_plan(at=at, to=to, progress=progress)  # checked before the transaction
+        with self.db.write() as tx:
+            target: Buffer = engine.drive(plan, tx)
+        return target
+
+    def fork_plan(
+        self,
+        *,
+        at: str,
+        to: tuple[str, str, str],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Plan:
+        """:meth:`fork` as a plan, for a write transaction; it returns the target's
+        handle (on this handle's backend). ``at`` and ``to`` are checked when the plan
+        is made (InvalidArgument, InvalidAddress, BufferNotEmpty for this buffer)."""
         if not isinstance(at, str) or has_lone_surrogate(at):
             raise InvalidArgument(f"at must be a message id (a string), not {shown(at)}")
         target = _fork_target(self.db, to)
         if target.address == self.address:
             raise BufferNotEmpty(f"cannot fork {self!r} into itself")
-        with self.db.write() as tx:
-            engine.drive(_fork(self.address, at, target.address, progress), tx)
+        return self._fork_into(target, at, progress)
+
+    def _fork_into(
+        self, target: Buffer, at: str, progress: Callable[[int, int], None] | None
+    ) -> Plan:
+        yield from _fork(self.address, at, target.address, progress)
         return target
 
     # -------------------------------------------------------- provider payloads

@@ -104,6 +104,9 @@ class RefusedBuffer(Buffer):
     def existing_id(self, tx: Tx) -> int | None:
         return None  # no bucket is selected, so none exists
 
+    def delete_in(self, tx: Tx) -> int:
+        return 0  # nothing to delete, as delete()
+
     def read_in(self, *args: Any, **kwargs: Any) -> NoReturn:
         refused_storage(self.scope)
 
@@ -118,6 +121,7 @@ class RefusedBuffer(Buffer):
     # A plan reaches storage (AsyncBuffer calls the methods above instead).
     read_plan = messages_plan = count_plan = head_plan = append_in
     pop_plan = clear_plan = append_plan = existing_id_plan = append_in
+    info_plan = set_title_plan = update_metadata_plan = delete_plan = fork_plan = append_in
 
 
 def buffer_of(
