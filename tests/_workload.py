@@ -149,6 +149,15 @@ def info(store: Store, buffer: Buffer) -> Operation:
     return buffer.info
 
 
+def set_title(store: Store, buffer: Buffer) -> Operation:
+    return lambda: buffer.set_title(_new("title "))
+
+
+def update_metadata(store: Store, buffer: Buffer) -> Operation:
+    """A merge of one key: reads the stored object, writes it back, then reads info."""
+    return lambda: buffer.update_metadata({"tag": _new("v"), "gone": None})
+
+
 def openai_chat_tail(store: Store, buffer: Buffer) -> Operation:
     """The last turns in the provider's shape (reads the head too, for a system prompt)."""
     return lambda: buffer.to_openai_chat(limit=10)
@@ -220,6 +229,8 @@ KINDS: dict[str, Callable[[Store, Buffer], Operation]] = {
         messages_before,
         count,
         info,
+        set_title,
+        update_metadata,
         openai_chat_tail,
         pop_result,
         remove_answered_result,

@@ -296,6 +296,7 @@ _NOT_REACHED = {
     "read_all_at": "read() with no limit: the whole buffer, as asked",
     "clear_messages": "clear(): deletes every message of the buffer, as asked",
     "clear_ledger": "clear(): deletes the buffer's ledger with its messages",
+    "delete_buffer": "delete(): clear(), then the buffer's row by id, as asked",
 }
 
 
