@@ -9,7 +9,7 @@ what the sync API runs.
   the calls of one ``AsyncStore`` run one at a time in the order they were made.
 * **PostgreSQL**: natively async (psycopg's ``AsyncConnectionPool``,
   :mod:`.backends.postgresql_async`). The handles' plans (the append engine's
-  among them) are driven on an async transaction by :func:`engine.drive_async`.
+  among them) are driven on an async transaction by :func:`plans.run_plan_async`.
 
 Cancellation: a task cancelled during ``await buf.append(...)`` leaves the append
 whole or absent, never half written, and the store usable. It may have committed
@@ -36,10 +36,11 @@ from .access import ExecutionContext, resolve_address, resolve_scope
 from .backends import Durability, is_postgresql_target
 from .buffer import Buffer, check_address_part
 from .check import Violation
-from .engine import Plan, new_message_id, validate_batch
+from .engine import new_message_id, validate_batch
 from .errors import StoreClosed, UnsupportedOperation
 from .memory import MemoryRead, MemoryWrite, delete_op, get_op, set_op
 from .model import AppendResult, BufferInfo, BufferRef, Message
+from .plans import All, Plan
 from .portability import export_reads, export_record
 from .providers._common import window_reads
 from .refused import buffer_of
@@ -663,5 +664,5 @@ class _NoSyncBackend:
 
 def _all(statement: str, params: Any = ()) -> Plan:
     """A plan of one named read."""
-    rows = yield "all", statement, params
+    rows = yield All(statement, params)
     return rows

@@ -5,7 +5,7 @@ one read transaction of the store's backend; every write runs a plan of the
 append engine (:mod:`flowdrop_local.engine`, where the buffer rules are kept) in
 one write transaction. So the same handle works on SQLite and PostgreSQL.
 What each method reads and writes is a plan too (``*_plan``, driven by
-:func:`engine.drive`), so :class:`~flowdrop_local.aio.AsyncBuffer` runs the very
+:func:`plans.run_plan`), so :class:`~flowdrop_local.aio.AsyncBuffer` runs the very
 same steps on an async transaction.
 """
 
@@ -19,7 +19,7 @@ from . import engine
 from ._ids import id_blob
 from .access import check_scope_name, resolve_address
 from .backends.base import Backend, Tx
-from .engine import Placement, Plan, new_message_id, validate_batch
+from .engine import Placement, new_message_id, validate_batch
 from .errors import (
     BufferNotEmpty,
     CorruptRow,
@@ -31,6 +31,7 @@ from .errors import (
     stored_json,
 )
 from .model import AppendResult, BufferInfo, Message, converter
+from .plans import All, BufferState, One, Plan, Run, Step, Write, run_plan
 from .rules.incoming import Incoming
 
 __all__ = [
@@ -131,33 +132,33 @@ def _fork(
     target: tuple[str, str, str],
     progress: Callable[[int, int], None] | None,
 ) -> Generator[Any, Any, None]:
-    """The fork as steps (run by engine.drive): check both ends, then copy in runs."""
-    found = yield "one", "find_buffer", source
-    position = None if found is None else (yield "one", "position_of", (found[0], at))
+    """The fork as steps (run by plans.run_plan): check both ends, then copy in runs."""
+    found = yield One("find_buffer", source)
+    position = None if found is None else (yield One("position_of", (found[0], at)))
     if found is None or position is None:
         raise MessageNotFound(f"no message {at!r} in buffer {'/'.join(source)}")
     source_id, cut = found[0], position[0]
-    yield "one", "lock_buffer", (source_id,)
-    row = yield "one", "find_buffer", target
+    yield One("lock_buffer", (source_id,))
+    row = yield One("find_buffer", target)
     if row is None:
-        yield "write", "create_buffer", target
-        row = yield "one", "find_buffer", target
+        yield Write("create_buffer", target)
+        row = yield One("find_buffer", target)
     target_id = row[0]
-    yield "one", "lock_buffer", (target_id,)
-    held = yield "one", "count", (target_id,)
+    yield One("lock_buffer", (target_id,))
+    held = yield One("count", (target_id,))
     if held is not None and held[0]:
         raise BufferNotEmpty(
             f"buffer {'/'.join(target)} holds {held[0]} message(s); fork into a new one"
         )
-    total = (yield "one", "count_through", (source_id, cut))[0]
+    total = (yield One("count_through", (source_id, cut)))[0]
     copied, last = 0, ""  # every position sorts after ""
     while copied < total:
-        copied += yield "run", "fork_messages", (target_id, source_id, last, copied, cut, FORK_RUN)
-        last = (yield "one", "tail", (target_id,))[0]
+        copied += yield Run("fork_messages", (target_id, source_id, last, copied, cut, FORK_RUN))
+        last = (yield One("tail", (target_id,)))[0]
         if progress is not None:
             progress(copied, total)
-    yield "write", "fork_ledger", (target_id, source_id, cut)
-    yield "write", "touch_buffer", (target_id,)
+    yield Write("fork_ledger", (target_id, source_id, cut))
+    yield Write("touch_buffer", (target_id,))
 
 
 def _row_to_dict(role: str, content: str, parts: int, metadata: str) -> dict[str, Any]:
@@ -216,14 +217,14 @@ class Buffer:
 
     def existing_id(self, tx: Tx) -> int | None:
         """The buffer's row id inside ``tx``, or None when it has no row."""
-        found: int | None = engine.drive(self.existing_id_plan(), tx)
+        found: int | None = run_plan(self.existing_id_plan(), tx)
         return found
 
     def existing_id_plan(self) -> Plan:
         """:meth:`existing_id` as a plan: looked up each time, since the row may have
         been deleted (:meth:`delete`) by any handle or process, and its id given to
         another buffer since."""
-        row = yield "one", "find_buffer", self.address
+        row = yield One("find_buffer", self.address)
         self._id = None if row is None else row[0]
         return self._id
 
@@ -245,7 +246,7 @@ class Buffer:
         self, tx: Tx, limit: int | None = None, *, before: str | None = None
     ) -> list[dict[str, Any]]:
         """:meth:`read` inside an open transaction (the sessions API decides and reads in one)."""
-        rows: list[dict[str, Any]] = engine.drive(self.read_plan(limit, before=before), tx)
+        rows: list[dict[str, Any]] = run_plan(self.read_plan(limit, before=before), tx)
         return rows
 
     def read_plan(self, limit: int | None = None, *, before: str | None = None) -> Plan:
@@ -253,15 +254,15 @@ class Buffer:
         check_before(before)
         if before is None:  # one statement, keyed by the address
             if limit is None:
-                rows = yield "all", "read_all_at", self.address
+                rows = yield All("read_all_at", self.address)
             else:
-                rows = yield "all", "read_last_at", (*self.address, check_limit(limit))
+                rows = yield All("read_last_at", (*self.address, check_limit(limit)))
                 rows.reverse()
             return [_row_to_dict(*row) for row in rows]
         found = yield from self._position_of(before)
         buffer_id = self._id
         limit = _MAX_LIMIT if limit is None else check_limit(limit)
-        rows = yield "all", "read_before", (buffer_id, found[0], limit)
+        rows = yield All("read_before", (buffer_id, found[0], limit))
         rows.reverse()
         return [_row_to_dict(*row) for row in rows]
 
@@ -270,7 +271,7 @@ class Buffer:
         buffer_id = yield from self.existing_id_plan()
         found = None
         if buffer_id is not None and id_blob(message_id.lower()) is not None:  # ids are UUIDs
-            found = yield "one", "position_of", (buffer_id, message_id.lower())
+            found = yield One("position_of", (buffer_id, message_id.lower()))
         if found is None:
             raise MessageNotFound(f"no message {shown(message_id)} in {self!r}")
         return found
@@ -292,7 +293,7 @@ class Buffer:
         self, tx: Tx, limit: int | None = None, *, before: str | None = None
     ) -> list[Message]:
         """:meth:`messages` inside an open transaction."""
-        messages: list[Message] = engine.drive(self.messages_plan(limit, before=before), tx)
+        messages: list[Message] = run_plan(self.messages_plan(limit, before=before), tx)
         return messages
 
     def messages_plan(self, limit: int | None = None, *, before: str | None = None) -> Plan:
@@ -302,12 +303,12 @@ class Buffer:
             found = yield from self._position_of(before)
             buffer_id = self._id
             bound = _MAX_LIMIT if limit is None else check_limit(limit)
-            rows = yield "all", "messages_before", (buffer_id, found[0], bound)
+            rows = yield All("messages_before", (buffer_id, found[0], bound))
             rows.reverse()
         elif limit is None:
-            rows = yield "all", "messages_all_at", self.address
+            rows = yield All("messages_all_at", self.address)
         else:
-            rows = yield "all", "messages_last_at", (*self.address, check_limit(limit))
+            rows = yield All("messages_last_at", (*self.address, check_limit(limit)))
             rows.reverse()
         return [
             converter.structure(
@@ -326,11 +327,11 @@ class Buffer:
 
     def __len__(self) -> int:
         with self.db.read(snapshot=False) as tx:
-            return int(engine.drive(self.count_plan(), tx))
+            return int(run_plan(self.count_plan(), tx))
 
     def count_plan(self) -> Plan:
         """:meth:`count` as a plan."""
-        row = yield "one", "count_at", self.address
+        row = yield One("count_at", self.address)
         return 0 if row is None else int(row[0])
 
     def count(self) -> int:
@@ -347,9 +348,7 @@ class Buffer:
         """
         # transact: PostgreSQL may pick a delete as a deadlock's victim (against a
         # sync holding the change numbers it needs): it runs again.
-        popped: dict[str, Any] | None = self.db.transact(
-            lambda tx: engine.drive(self.pop_plan(), tx)
-        )
+        popped: dict[str, Any] | None = self.db.transact(lambda tx: run_plan(self.pop_plan(), tx))
         return popped
 
     def pop_plan(self) -> Plan:
@@ -362,16 +361,16 @@ class Buffer:
 
     def clear(self) -> int:
         """Delete every message of this buffer in one transaction; return how many."""
-        return int(self.db.transact(lambda tx: engine.drive(self.clear_plan(), tx)))
+        return int(self.db.transact(lambda tx: run_plan(self.clear_plan(), tx)))
 
     def clear_plan(self) -> Plan:
         """:meth:`clear` as a plan, for a write transaction."""
         buffer_id = yield from self.existing_id_plan()
         if buffer_id is None:
             return 0
-        yield "one", "lock_buffer", (buffer_id,)  # waits for an append in progress
-        yield "write", "clear_ledger", (buffer_id,)
-        cleared: int = yield "run", "clear_messages", (buffer_id,)
+        yield One("lock_buffer", (buffer_id,))  # waits for an append in progress
+        yield Write("clear_ledger", (buffer_id,))
+        cleared: int = yield Run("clear_messages", (buffer_id,))
         yield from engine.edited(buffer_id)
         return cleared
 
@@ -404,14 +403,14 @@ class Buffer:
         timestamp; positions must increase.
         """
         result: AppendResult
-        state: engine.BufferState
-        result, state = engine.drive(self.append_plan(batch, placements), tx)
+        state: BufferState
+        result, state = run_plan(self.append_plan(batch, placements), tx)
         tx.remember(state)
         return result
 
     def append_plan(
         self, batch: list[Incoming], placements: list[Placement] | None = None
-    ) -> Generator[engine.Step, Any, tuple[AppendResult, engine.BufferState]]:
+    ) -> Generator[Step, Any, tuple[AppendResult, BufferState]]:
         """The engine's append for this buffer; keeps the buffer's row id it learns."""
         result, state = yield from engine.append(
             self.address, self._id, batch, self.window, placements
@@ -436,12 +435,12 @@ class Buffer:
         as an empty :class:`BufferInfo` with ``created_at`` and ``updated_at`` None.
         """
         with self.db.read(snapshot=False) as tx:
-            info: BufferInfo = engine.drive(self.info_plan(), tx)
+            info: BufferInfo = run_plan(self.info_plan(), tx)
         return info
 
     def info_plan(self) -> Plan:
         """:meth:`info` as a plan (one read)."""
-        row = yield "one", "buffer_info", self.address
+        row = yield One("buffer_info", self.address)
         return self._info(row)
 
     def _info(self, row: Any) -> BufferInfo:
@@ -467,7 +466,7 @@ class Buffer:
         """
         plan = self.set_title_plan(title)  # the title is checked before the transaction
         with self.db.write() as tx:
-            info: BufferInfo = engine.drive(plan, tx)
+            info: BufferInfo = run_plan(plan, tx)
         return info
 
     def set_title_plan(self, title: str) -> Plan:
@@ -477,9 +476,9 @@ class Buffer:
 
     def _set_title(self, text: str) -> Plan:
         buffer_id = yield from self._row_plan()
-        yield "write", "set_title", (text, buffer_id)
+        yield Write("set_title", (text, buffer_id))
         # Read in the write: a row that cannot be shown rolls the title back.
-        row = yield "one", "buffer_info", self.address
+        row = yield One("buffer_info", self.address)
         return self._info(row)
 
     def update_metadata(self, changes: Mapping[str, Any]) -> BufferInfo:
@@ -495,7 +494,7 @@ class Buffer:
         """
         plan = self.update_metadata_plan(changes)  # bad input: refused before the transaction
         with self.db.write() as tx:
-            engine.drive(plan, tx)
+            run_plan(plan, tx)
         return self.info()
 
     def update_metadata_plan(self, changes: Mapping[str, Any]) -> Plan:
@@ -510,7 +509,7 @@ class Buffer:
 
     def _update_metadata(self, changes: dict[str, Any]) -> Plan:
         buffer_id = yield from self._row_plan()
-        row = yield "one", "buffer_metadata", (buffer_id,)
+        row = yield One("buffer_metadata", (buffer_id,))
         stored = stored_json(row[0], "the metadata of buffer {}/{}/{}", *self.address)
         if not isinstance(stored, dict):
             raise CorruptRow(f"the metadata of buffer {'/'.join(self.address)} is no object")
@@ -519,15 +518,15 @@ class Buffer:
                 stored.pop(name, None)
             else:
                 stored[name] = value
-        yield "write", "set_metadata", (checked_json(stored), buffer_id)
+        yield Write("set_metadata", (checked_json(stored), buffer_id))
 
     def _row_plan(self) -> Plan:
         """The buffer's row id, creating the row if it has none, locked for this write."""
-        row = yield "one", "find_buffer", self.address
+        row = yield One("find_buffer", self.address)
         if row is None:
-            yield "write", "create_buffer", self.address
-            row = yield "one", "find_buffer", self.address
-        yield "one", "lock_buffer", (row[0],)
+            yield Write("create_buffer", self.address)
+            row = yield One("find_buffer", self.address)
+        yield One("lock_buffer", (row[0],))
         self._id = row[0]
         return int(row[0])
 
@@ -544,18 +543,18 @@ class Buffer:
 
     def delete_in(self, tx: Tx) -> int:
         """:meth:`delete` inside an open write transaction (the sessions API's admin tier)."""
-        return int(engine.drive(self.delete_plan(), tx))
+        return int(run_plan(self.delete_plan(), tx))
 
     def delete_plan(self) -> Plan:
         """:meth:`delete` as a plan, for a write transaction."""
         buffer_id = yield from self.existing_id_plan()
         if buffer_id is None:
             return 0
-        yield "one", "lock_buffer", (buffer_id,)  # waits for an append in progress
-        yield "write", "clear_ledger", (buffer_id,)
-        deleted: int = yield "run", "clear_messages", (buffer_id,)
+        yield One("lock_buffer", (buffer_id,))  # waits for an append in progress
+        yield Write("clear_ledger", (buffer_id,))
+        deleted: int = yield Run("clear_messages", (buffer_id,))
         yield from engine.edited(buffer_id)  # a buffer made again is not "grown"
-        yield "write", "delete_buffer", (buffer_id,)
+        yield Write("delete_buffer", (buffer_id,))
         self.forget_row()
         return deleted
 
@@ -587,7 +586,7 @@ class Buffer:
         """
         plan = self.fork_plan(at=at, to=to, progress=progress)  # checked before the transaction
         with self.db.write() as tx:
-            target: Buffer = engine.drive(plan, tx)
+            target: Buffer = run_plan(plan, tx)
         return target
 
     def fork_plan(
@@ -618,12 +617,12 @@ class Buffer:
     def _head(self, n: int) -> list[dict[str, Any]]:
         """The first ``n`` messages, as :meth:`read` gives them (for a payload's system prompt)."""
         with self.db.read(snapshot=False) as tx:
-            head: list[dict[str, Any]] = engine.drive(self.head_plan(n), tx)
+            head: list[dict[str, Any]] = run_plan(self.head_plan(n), tx)
         return head
 
     def head_plan(self, n: int) -> Plan:
         """:meth:`_head` as a plan."""
-        rows = yield "all", "read_first_at", (*self.address, check_limit(n))
+        rows = yield All("read_first_at", (*self.address, check_limit(n)))
         return [_row_to_dict(*row) for row in rows]
 
     def to_openai_chat(self, limit: int | None = None) -> list[dict[str, Any]]:

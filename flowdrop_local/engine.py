@@ -1,22 +1,10 @@
 """The append engine: the buffer rules as a plan, free of I/O.
 
-The engine never touches a connection. Each procedure here is a generator that
-*asks* for what it needs and *says* what to write, one step at a time, as h11 does
-for HTTP; a driver answers each step on a real transaction (:func:`drive` below,
-sync; an async driver sends the same steps to an async transaction). So the rules
-are written once and run unchanged on SQLite and PostgreSQL, sync or async.
-
-A step is a tuple ``(kind, statement, params)``. ``statement`` names a statement
-that every backend defines in its own dialect (``backends/sqlite.py``,
-``backends/postgresql.py``; a test asserts both define the same names). ``kind``
-says what the step wants back:
-
-* ``"one"``: the first row, or ``None``;   ``"all"``: every row;
-* ``"run"``: the number of rows changed;    ``"write"``: nothing (a backend may
-  queue it and send it with the next step, one round trip for many writes);
-* ``"many"``: nothing, ``params`` is a list of parameter rows (executemany);
-* ``"open"``: the buffer's :class:`BufferState`, creating its row and taking its
-  write lock (``params`` is ``(scope, scope_id, key, known_id)``).
+The engine never touches a connection: each procedure here is a plan
+(:mod:`flowdrop_local.plans`), a generator that asks for what it needs and says what
+to write, one typed step at a time; a driver answers the steps on a real
+transaction. So the rules are written once and run unchanged on SQLite and
+PostgreSQL, blocking or async.
 
 One append, for each incoming message in order (a message whose caller-supplied
 ``id`` the buffer already holds is dropped first: a retried append stores nothing
@@ -50,10 +38,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from .errors import InvalidMessage, MessageIdTaken
 from .model import AppendResult, Message
+from .plans import All, BufferState, Many, One, OpenBuffer, Plan, Run, Step, Write
 from .positions import key_between, keys_between
 from .rules.incoming import Incoming, incoming
 from .rules.pairing import (
@@ -64,9 +53,6 @@ from .rules.pairing import (
     plan_healing,
     repeats_known_calls,
 )
-
-Step = tuple[str, str, Any]
-Plan = Generator[Step, Any, Any]
 
 
 class MessageRow(NamedTuple):
@@ -85,20 +71,6 @@ class MessageRow(NamedTuple):
     tally: int
 
 
-class BufferState(NamedTuple):
-    """What an append needs to know of a buffer before it starts."""
-
-    id: int
-    message_count: int  # the tally of the last message (0 when empty)
-    tail: str | None  # the last position, None when empty
-    may_hold_unanswered: bool  # may hold an unanswered call
-    updated: int  # buffers.updated_at, in seconds since the epoch
-    # The store's clock when read (its newest buffer stamp, seconds): an append
-    # compares with the later of it and the wall clock, so a wall clock set back
-    # still stamps the buffer when offline sync needs it (sync.scan's marks).
-    clock: int
-
-
 # buffers.updated_at is coarse: an append writes it only when it is older than this,
 # so most appends leave the buffer's row (and its recency index) alone.
 UPDATED_AT_GRANULARITY = 60
@@ -110,52 +82,6 @@ class Placement(NamedTuple):
     id: str
     position: str | None
     created_at: str | None
-
-
-class Transaction(Protocol):
-    """What a backend's open transaction offers the engine's driver."""
-
-    def one(self, statement: str, params: Any = ()) -> Any: ...
-    def all(self, statement: str, params: Any = ()) -> list[Any]: ...
-    def run(self, statement: str, params: Any = ()) -> int: ...
-    def write(self, statement: str, params: Any = ()) -> None: ...
-    def many(self, statement: str, rows: Any) -> None: ...
-    def open(self, statement: str, params: Any) -> BufferState: ...
-
-
-class AsyncTransaction(Protocol):
-    """:class:`Transaction`, awaited: what an async backend's open transaction offers."""
-
-    async def one(self, statement: str, params: Any = ()) -> Any: ...
-    async def all(self, statement: str, params: Any = ()) -> list[Any]: ...
-    async def run(self, statement: str, params: Any = ()) -> int: ...
-    async def write(self, statement: str, params: Any = ()) -> None: ...
-    async def many(self, statement: str, rows: Any) -> None: ...
-    async def open(self, statement: str, params: Any) -> BufferState: ...
-
-
-async def drive_async(plan: Plan, tx: AsyncTransaction) -> Any:
-    """Run an engine plan on an async transaction: the same steps as :func:`drive`."""
-    answer: Any = None
-    send = plan.send
-    try:
-        while True:
-            kind, statement, params = send(answer)
-            answer = await getattr(tx, kind)(statement, params)
-    except StopIteration as done:
-        return done.value
-
-
-def drive(plan: Plan, tx: Transaction) -> Any:
-    """Run an engine plan on a synchronous transaction; return what the plan returns."""
-    answer: Any = None
-    send = plan.send
-    try:
-        while True:
-            kind, statement, params = send(answer)
-            answer = getattr(tx, kind)(statement, params)
-    except StopIteration as done:
-        return done.value
 
 
 # ----------------------------------------------------------------- ids, input
@@ -266,18 +192,18 @@ class _Writes:
     def flush(self) -> Plan:
         self.may_hold_unanswered = self.may_hold_unanswered or bool(self.open_calls)
         if self.rows:
-            yield "many", "insert_message", self.rows
+            yield Many("insert_message", self.rows)
             self.rows = []
         if self.declarations:
-            yield "many", "declare_call", self.declarations
+            yield Many("declare_call", self.declarations)
             self.declarations = []
         if self.answers:
-            yield "many", "mark_answered", self.answers
+            yield Many("mark_answered", self.answers)
             self.answers = []
 
-    def read(self, kind: str, statement: str, params: Any) -> Plan:
+    def read(self, step: One | All) -> Plan:
         yield from self.flush()
-        return (yield kind, statement, params)
+        return (yield step)
 
 
 def append(
@@ -293,7 +219,7 @@ def append(
     timestamp; positions must increase. Returns the report and the buffer's state
     after the append (for the backend's cache of buffer tails).
     """
-    state: BufferState = yield "open", "open_buffer", (*address, known_id)
+    state: BufferState = yield OpenBuffer(*address, known_id)
     buffer_id, count, tail, may_hold_unanswered, updated, clock = state
     if (
         placements is None
@@ -321,8 +247,7 @@ def append(
     known: set[str] = set()
     if answering or declaring:  # a result stored before its call answers it too
         # One statement: (1, call id, its result, healed) and (0, a declared call id).
-        rows = yield (
-            "all",
+        rows = yield All(
             "pairing_state",
             (buffer_id, list(answering | declaring), list(declaring)),
         )
@@ -336,7 +261,7 @@ def append(
     stored_ids: set[str] = set()
     given = {m.id: i for i, m in enumerate(batch) if m.id is not None}
     if given:
-        for id_, owner, *_ in (yield "all", "used_ids", (list(given),)):
+        for id_, owner, *_ in (yield All("used_ids", (list(given),))):
             if owner != buffer_id:
                 raise MessageIdTaken(
                     given[id_], "id", f"{id_!r} is the id of a message in another buffer"
@@ -381,8 +306,7 @@ def append(
             verdict = judge_result(None if found is None else found[1], message.healed)
             if found is not None and verdict == "replaces":  # MEM-10
                 yield from writes.flush()
-                yield (
-                    "write",
+                yield Write(
                     "replace_placeholder",
                     (
                         message.content,
@@ -404,11 +328,11 @@ def append(
                 # ends in that run (in order, at its own position if an import
                 # gives one), else right after the turn; dropped when no turn
                 # declares the call.
-                turn = yield from writes.read("one", "declaring_turn", (buffer_id, call_id))
+                turn = yield from writes.read(One("declaring_turn", (buffer_id, call_id)))
                 if turn is None:
                     dropped += 1
                     continue
-                non_tool_after = yield "one", "non_tool_after", (buffer_id, turn[0])
+                non_tool_after = yield One("non_tool_after", (buffer_id, turn[0]))
                 if non_tool_after is None:
                     position, at_end = _checked_position(place, tail, index), True
                 else:
@@ -416,8 +340,8 @@ def append(
                 message_id = _message_id(message, place)
                 count += 1
                 row = _row(message_id, buffer_id, position, message, place, count)
-                yield "write", "insert_message", row
-                yield "write", "mark_answered", (message_id, buffer_id, call_id)
+                yield Write("insert_message", row)
+                yield Write("mark_answered", (message_id, buffer_id, call_id))
                 new_ids.append(message_id)
                 results[call_id] = (message_id, True)
                 open_calls.discard(call_id)
@@ -449,7 +373,7 @@ def append(
     may_hold_unanswered = writes.may_hold_unanswered
     if tail is not None and tail_tally != count:
         # A row placed before the last one (a placeholder) changed the count.
-        yield "write", "set_tally", (count, buffer_id, tail)
+        yield Write("set_tally", (count, buffer_id, tail))
     evicted = 0
     if window is not None and count > window:
         evicted = yield from _evict(buffer_id, count - window)
@@ -462,7 +386,7 @@ def append(
         if len(healed_ids) > healed_before:
             count += len(healed_ids) - healed_before
             yield from _settle_tally(buffer_id, count)
-        row = yield "one", "tail", (buffer_id,)
+        row = yield One("tail", (buffer_id,))
         tail = row[0]
         may_hold_unanswered = True
     now = clock = max(int(time.time()), clock)
@@ -470,7 +394,7 @@ def append(
         yield from edited(buffer_id)
         updated = now
     elif (new_ids or healed_ids) and now - updated >= UPDATED_AT_GRANULARITY:
-        yield "write", "touch_buffer", (buffer_id,)
+        yield Write("touch_buffer", (buffer_id,))
         updated = now
     result = AppendResult(
         count=count,
@@ -514,12 +438,12 @@ def _append_plain(
         )
         new_ids.append(message_id)
     if len(rows) == 1:
-        yield "write", "insert_message", rows[0]
+        yield Write("insert_message", rows[0])
     else:
-        yield "many", "insert_message", rows
+        yield Many("insert_message", rows)
     now = clock = max(int(time.time()), clock)  # the store's clock (BufferState.clock)
     if now - updated >= UPDATED_AT_GRANULARITY:
-        yield "write", "touch_buffer", (buffer_id,)
+        yield Write("touch_buffer", (buffer_id,))
         updated = now
     result = AppendResult(count=count, appended=len(new_ids), message_ids=tuple(new_ids))
     return result, BufferState(buffer_id, count, tail, False, updated, clock)
@@ -556,19 +480,19 @@ def _row(
 
 def _settle_tally(buffer_id: int, count: int) -> Plan:
     """Write ``count`` on the buffer's last row, after placeholders went in before it."""
-    row = yield "one", "tail", (buffer_id,)
+    row = yield One("tail", (buffer_id,))
     if row is not None and row[0] is not None:
-        yield "write", "set_tally", (count, buffer_id, row[0])
+        yield Write("set_tally", (count, buffer_id, row[0]))
 
 
 def _evict(buffer_id: int, excess: int) -> Generator[Step, Any, int]:
     """Delete the ``excess`` oldest messages, then tool results left leading."""
-    evicted: int = yield "run", "evict_oldest", (buffer_id, excess)
+    evicted: int = yield Run("evict_oldest", (buffer_id, excess))
     while True:
-        first = yield "one", "first_message", (buffer_id,)
+        first = yield One("first_message", (buffer_id,))
         if first is None or first[1] != "tool":
             return evicted
-        evicted += yield "run", "delete_message", (buffer_id, first[0])
+        evicted += yield Run("delete_message", (buffer_id, first[0]))
 
 
 def heal(
@@ -592,10 +516,10 @@ def heal(
     whose placeholders went before the last row (not at the end). ``count`` is the
     buffer's count before healing. Returns the new last position and its tally.
     """
-    unanswered = yield "all", "unanswered_calls", (buffer_id,)
+    unanswered = yield All("unanswered_calls", (buffer_id,))
     if before_users_only and unanswered:
         first = min(row[0] for row in unanswered)
-        last_user = yield "one", "last_user_after", (buffer_id, first)
+        last_user = yield One("last_user_after", (buffer_id, first))
         unanswered = [row for row in unanswered if last_user and row[0] < last_user[0]]
     # Each row carries its turn's successor: no look-up per declaring turn.
     anchors = [((position, successor), call_id) for position, call_id, successor in unanswered]
@@ -624,8 +548,8 @@ def heal(
             healed_ids.append(message_id)
             if answered is not None:
                 answered[call_id] = (message_id, True)
-        yield "many", "insert_message", rows
-        yield "many", "mark_answered", answers
+        yield Many("insert_message", rows)
+        yield Many("mark_answered", answers)
         if at_end:
             tail, tail_tally = positions[-1], count
         elif inside is not None:
@@ -640,7 +564,7 @@ def _positions_after(
 
     Also says whether they end the buffer (the turn had no successor).
     """
-    successor = yield "one", "successor", (buffer_id, turn_position)
+    successor = yield One("successor", (buffer_id, turn_position))
     upper = None if successor is None else successor[0]
     return _between(turn_position, upper, n, limit), upper is None
 
@@ -699,7 +623,7 @@ def edited(buffer_id: int) -> Plan:
     place, a row placed before the last one): ``updated_at`` moves strictly later
     and the listeners hear of it (offline sync then reads the buffer whole at its
     next sync instead of only what was appended since)."""
-    yield "write", "touch_edited", (buffer_id,)
+    yield Write("touch_edited", (buffer_id,))
     yield from notify("edited", buffer_id)
 
 
@@ -709,11 +633,11 @@ def pop(buffer_id: int) -> Generator[Step, Any, tuple[Any, ...] | None]:
     Removing a result un-answers its call (the next user turn heals it again);
     removing a turn removes the calls it declared (the ledger's foreign keys).
     """
-    yield "one", "lock_buffer", (buffer_id,)  # waits for an append in progress
-    row = yield "one", "last_message", (buffer_id,)
+    yield One("lock_buffer", (buffer_id,))  # waits for an append in progress
+    row = yield One("last_message", (buffer_id,))
     if row is None:
         return None
-    yield "run", "delete_message", (buffer_id, row[0])  # the delete trigger keeps the tally
+    yield Run("delete_message", (buffer_id, row[0]))  # the delete trigger keeps the tally
     yield from edited(buffer_id)
     return tuple(row[1:])
 
@@ -730,27 +654,27 @@ def remove_message(message_id: str, *, heal_now: bool = True) -> Generator[Step,
     deleted, whose merge in the same transaction heals afterwards (the other side
     may hold the call's result).
     """
-    row = yield "one", "message_for_removal", (message_id,)
+    row = yield One("message_for_removal", (message_id,))
     if row is None:
         return False
-    yield "one", "lock_buffer", (row[0],)  # waits for an append in progress, then reads again
-    row = yield "one", "message_for_removal", (message_id,)
+    yield One("lock_buffer", (row[0],))  # waits for an append in progress, then reads again
+    row = yield One("message_for_removal", (message_id,))
     if row is None:
         return False
     buffer_id, role, metadata = row
-    counted = yield "one", "count", (buffer_id,)
+    counted = yield One("count", (buffer_id,))
     count: int = counted[0]
     owned: list[tuple[int, str]] = []
     if role == "assistant":
         for call_id in dict.fromkeys(declared_call_ids(json.loads(metadata))):
-            first = yield "one", "declaring_message", (buffer_id, call_id)
+            first = yield One("declaring_message", (buffer_id, call_id))
             # Ids compare in one spelling: the caller may give another case.
             if first is not None and first[0].lower() == message_id.lower():
                 owned.append((buffer_id, call_id))
     # The delete trigger keeps the tally.
-    count -= yield "run", "delete_message", (buffer_id, message_id)
+    count -= yield Run("delete_message", (buffer_id, message_id))
     for owner in owned:
-        count -= yield "run", "delete_placeholder", owner
+        count -= yield Run("delete_placeholder", owner)
     healed: list[str] = []
     if heal_now:
         yield from heal(buffer_id, None, 0, count, healed, before_users_only=True)

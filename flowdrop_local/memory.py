@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .access import ExecutionContext, ScopeResolution, resolve_scope
-from .engine import Step, drive
 from .errors import InvalidAddress, InvalidValue, shown, stored_json
+from .plans import One, Run, Step, Write, run_plan
 from .rules.incoming import MAX_STORED_BYTES, too_big
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ def get(
     if isinstance(op, MemoryRead):
         return op
     with db.read() as tx:
-        read: MemoryRead = drive(op, tx)
+        read: MemoryRead = run_plan(op, tx)
     return read
 
 
@@ -114,7 +114,7 @@ def get_op(
         return MemoryRead(default, False, scope, "")
 
     def plan() -> Generator[Step, Any, MemoryRead]:
-        row = yield "one", "memory_get", (scope, resolution.scope_id, key)
+        row = yield One("memory_get", (scope, resolution.scope_id, key))
         if row is None:
             return MemoryRead(default, False, scope, resolution.scope_id)
         value = stored_json(row[0], "memory key {!r} of scope {}", key, scope)
@@ -131,7 +131,7 @@ def set_(
     if isinstance(op, MemoryWrite):
         return op
     with db.write() as tx:
-        written: MemoryWrite = drive(op, tx)
+        written: MemoryWrite = run_plan(op, tx)
     return written
 
 
@@ -146,8 +146,8 @@ def set_op(
     address = (scope, resolution.scope_id, key)
 
     def plan() -> Generator[Step, Any, MemoryWrite]:
-        existed = (yield "one", "memory_get", address) is not None
-        yield "write", "memory_set", (*address, text)
+        existed = (yield One("memory_get", address)) is not None
+        yield Write("memory_set", (*address, text))
         return MemoryWrite(True, scope, resolution.scope_id, existed)
 
     return plan()
@@ -159,7 +159,7 @@ def delete(db: Backend, context: ExecutionContext | None, scope: str, key: str) 
     if isinstance(op, MemoryWrite):
         return op
     with db.write() as tx:
-        written: MemoryWrite = drive(op, tx)
+        written: MemoryWrite = run_plan(op, tx)
     return written
 
 
@@ -172,7 +172,7 @@ def delete_op(
         return MemoryWrite(False, scope, "")
 
     def plan() -> Generator[Step, Any, MemoryWrite]:
-        removed = yield "run", "memory_delete", (scope, resolution.scope_id, key)
+        removed = yield Run("memory_delete", (scope, resolution.scope_id, key))
         return MemoryWrite(True, scope, resolution.scope_id, removed > 0)
 
     return plan()

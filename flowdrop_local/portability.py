@@ -59,7 +59,7 @@ import attrs
 
 from .access import IDENTITY_SCOPES, SCOPES, resolve_address, usable_identity
 from .buffer import Buffer, Placement, check_address_part, new_message_id
-from .engine import drive, edited, notify
+from .engine import edited, notify
 from .errors import (
     CorruptRow,
     FlowdropError,
@@ -69,6 +69,7 @@ from .errors import (
     InvalidValue,
     has_lone_surrogate,
 )
+from .plans import run_plan
 from .positions import is_valid_key, key_between, keys_between
 from .refused import buffer_of
 from .rules.incoming import Incoming, check_message_id, incoming
@@ -620,7 +621,7 @@ class _Importer:
                     )
                 self.tx.write("clear_ledger", (existing,))
                 self.tx.write("clear_messages", (existing,))
-                drive(edited(existing), self.tx)
+                run_plan(edited(existing), self.tx)
                 self.replaced += 1
             run = self.runs[resolved] = _Run(address, number)
         # A later run of the same buffer goes on where the last one stopped.
@@ -662,7 +663,7 @@ class _Importer:
         if self.replace and result.message_ids:
             # A message --replace deleted and this import brings back (its id) was
             # not deleted (offline sync forgets the deletion it recorded).
-            drive(notify("restored", list(result.message_ids)), self.tx)
+            run_plan(notify("restored", list(result.message_ids)), self.tx)
         self.imported += result.appended
         self.healed += len(result.healed_ids)
         self.dropped += result.dropped
@@ -686,7 +687,7 @@ class _Importer:
         self._finish()
         kinds = [kind for kind in ("memory", "viewer") if self.side[kind]]
         if kinds:  # written with the stamps they had (offline sync must read them)
-            drive(notify("registers_imported", kinds), self.tx)
+            run_plan(notify("registers_imported", kinds), self.tx)
         return ImportReport(
             len(self.runs),
             self.imported,

@@ -64,6 +64,7 @@ from .errors import (
     stored_json,
 )
 from .model import AppendResult, Message
+from .plans import run_plan
 from .refused import buffer_of
 from .rules.incoming import MAX_STORED_BYTES, stored_content, too_big
 
@@ -459,8 +460,10 @@ class Sessions:
     def _conversation_number(session: Session, conversation: int | None) -> int:
         if conversation is None:
             return session.conversation
-        if not isinstance(conversation, int) or isinstance(conversation, bool) or not (
-            0 <= conversation <= session.conversation
+        if (
+            not isinstance(conversation, int)
+            or isinstance(conversation, bool)
+            or not (0 <= conversation <= session.conversation)
         ):
             raise InvalidSession(
                 f"session {session.id} has conversations 0 to {session.conversation}, "
@@ -468,9 +471,7 @@ class Sessions:
             )
         return conversation
 
-    def _message_session(
-        self, tx: Tx, message_id: str
-    ) -> tuple[Session, SessionFacts] | None:
+    def _message_session(self, tx: Tx, message_id: str) -> tuple[Session, SessionFacts] | None:
         """The session a message belongs to, or None when it cannot be loaded."""
         home = tx.one("message_home", (message_id,))
         if home is None or home[0] != "session" or usable_identity(home[1]) != home[1]:
@@ -501,7 +502,7 @@ class Sessions:
                 )
             tx.write("update_message", (text, parts, mid))
             home = tx.one("message_for_removal", (mid,))
-            engine.drive(engine.edited(home[0]), tx)
+            run_plan(engine.edited(home[0]), tx)
             row = tx.one("message_by_id", (mid,))
         id_, position, role, stored, stored_parts, metadata, created_at = row
         return Message(
@@ -528,4 +529,4 @@ class Sessions:
         mid = _text("message id", message_id, blank=True)
         with self.db.write() as tx:
             self._require("delete", self._message_session(tx, mid), None)
-            engine.drive(engine.remove_message(mid), tx)
+            run_plan(engine.remove_message(mid), tx)

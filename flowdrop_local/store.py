@@ -32,6 +32,7 @@ from .buffer import Buffer, check_address_part, check_limit
 from .check import Violation
 from .errors import InvalidArgument, UnsupportedOperation, shown, stored_json
 from .model import BufferInfo, BufferRef, Page, SearchHit
+from .plans import run_plan
 from .portability import (
     ImportReport,
     export_records,
@@ -222,7 +223,7 @@ class Store:
         target = _files.checked_path(path, "the backup target")
         if not self.read_only and self._backend.kind == "sqlite":
             with self._backend.write() as tx:  # what the copy must hold alike (sync's links)
-                engine.drive(engine.notify("copying"), tx)
+                run_plan(engine.notify("copying"), tx)
         self._backend.backup(target)
 
     def export(

@@ -15,6 +15,7 @@ from typing import Any
 
 from flowdrop_local import Store, engine
 from flowdrop_local.buffer import Buffer
+from flowdrop_local.plans import run_plan
 from flowdrop_local.rules.pairing import placeholder_message
 
 ADDRESS = ("global", "", "agent")
@@ -180,7 +181,7 @@ def remove_answered_result(store: Store, buffer: Buffer) -> Operation:
 
     def remove() -> None:
         with store.backend.write() as tx:
-            engine.drive(engine.remove_message(result.message_ids[0]), tx)
+            run_plan(engine.remove_message(result.message_ids[0]), tx)
 
     return remove
 
@@ -195,7 +196,7 @@ def remove_declaring_turn(store: Store, buffer: Buffer) -> Operation:
 
     def remove() -> None:
         with store.backend.write() as tx:
-            engine.drive(engine.remove_message(turn), tx)
+            run_plan(engine.remove_message(turn), tx)
 
     return remove
 

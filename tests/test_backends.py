@@ -31,50 +31,36 @@ def test_both_backends_define_the_same_statements() -> None:
 
 
 _VERBS = {"one", "all", "run", "write", "many"}
+_STEPS = {"One", "All", "Run", "Write", "Many"}
 
 
 def _named_statements() -> dict[str, str]:
     """Every statement name the package asks a transaction for, with where: the
-    steps plans yield (``yield "one", "tail", ...``), steps made by a helper
-    (``writes.read("one", ...)``) and direct calls (``tx.run("delete_buffer", ...)``),
-    read from the source. Names made at run time are not seen here; the plan and
-    sync tests run them on both backends."""
+    steps plans yield (``One("tail", ...)``, :mod:`flowdrop_local.plans`) and direct
+    calls (``tx.run("delete_buffer", ...)``), read from the source. Names made at
+    run time are not seen here; the plan and sync tests run them on both backends."""
     import ast
 
     root = Path(__file__).resolve().parent.parent / "flowdrop_local"
     found: dict[str, str] = {}
     for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            name = None
-            if isinstance(node, ast.Yield) and isinstance(node.value, ast.Tuple):
-                parts = node.value.elts
-                if (
-                    len(parts) == 3
-                    and isinstance(parts[0], ast.Constant)
-                    and parts[0].value in _VERBS
-                    and isinstance(parts[1], ast.Constant)
-                ):
-                    name = parts[1].value
-            elif (
+            if not (
                 isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in _VERBS
                 and node.args
                 and isinstance(node.args[0], ast.Constant)
                 and isinstance(node.args[0].value, str)
+            ):
+                continue
+            step = isinstance(node.func, ast.Name) and node.func.id in _STEPS
+            direct = (
+                isinstance(node.func, ast.Attribute)
+                and node.func.attr in _VERBS
                 and "tx" in ast.unparse(node.func.value)
-            ):
-                name = node.args[0].value
-            elif (  # a step made by a helper: writes.read("one", "declaring_turn", ...)
-                isinstance(node, ast.Call)
-                and len(node.args) >= 2
-                and isinstance(node.args[0], ast.Constant)
-                and node.args[0].value in _VERBS
-                and isinstance(node.args[1], ast.Constant)
-            ):
-                name = node.args[1].value
-            if isinstance(name, str):
-                found.setdefault(name, f"{path.relative_to(root.parent)}:{node.lineno}")
+            )
+            if step or direct:
+                where = f"{path.relative_to(root.parent)}:{node.lineno}"
+                found.setdefault(node.args[0].value, where)
     return found
 
 

@@ -20,12 +20,13 @@ import pytest
 from flowdrop_local import Store
 from flowdrop_local.backends import postgresql as pg
 from flowdrop_local.engine import new_message_id
+from flowdrop_local.plans import run_plan
 from flowdrop_local.rules.pairing import placeholder_message
 
 ROOT = Path(__file__).resolve().parent.parent
 # The statements the engine and the buffer handle ask for, read from their source.
 _ASKED = re.compile(
-    r'"(?:one|all|run|write|many)",\s*"(\w+)"|tx\.(?:one|all|run|write|many)\(\s*"(\w+)"'
+    r'\b(?:One|All|Run|Write|Many)\(\s*"(\w+)"|tx\.(?:one|all|run|write|many)\(\s*"(\w+)"'
 )
 PATH_STATEMENTS = sorted(
     {
@@ -83,7 +84,7 @@ def recorded(
         with store.backend.write() as tx:
             from flowdrop_local import engine
 
-            engine.drive(engine.remove_message(turn.message_ids[0]), tx)
+            run_plan(engine.remove_message(turn.message_ids[0]), tx)
         other = store.buffer("s", "", "k2")
         result = other.append(
             [
@@ -93,7 +94,7 @@ def recorded(
             ]
         )
         with store.backend.write() as tx:  # un-answers z before a user turn: healed at once
-            engine.drive(engine.remove_message(result.message_ids[1]), tx)
+            run_plan(engine.remove_message(result.message_ids[1]), tx)
         # Conversations (issue 13): a fork (ledger copied), title, metadata, info, delete.
         forked = other.fork(at=result.message_ids[0], to=("s", "", "k3"))
         forked.set_title("t")

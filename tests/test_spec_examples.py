@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from flowdrop_local import PLACEHOLDER_CONTENT, Buffer, InvalidMessage, Store
+from flowdrop_local.plans import run_plan
 
 from .conftest import spec_examples
 
@@ -311,7 +312,7 @@ def test_mem10_deleting_a_later_declaration_keeps_the_owners_placeholder(store: 
         {"role": "assistant", "tool_calls": [{"tool_call_id": "c1"}, {"tool_call_id": "c2"}]}
     )
     with store.backend.write() as tx:
-        assert engine.drive(engine.remove_message(redeclared.message_ids[0]), tx)
+        assert run_plan(engine.remove_message(redeclared.message_ids[0]), tx)
     result = buffer.append({"role": "tool", "content": "REAL", "tool_call_id": "c1"})
     assert len(result.replaced_ids) == 1
     assert [m["content"] for m in buffer.read()] == ["q", "", "REAL", "text", "next"]

@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flowdrop_local import Store, sync
-from flowdrop_local.engine import drive, remove_message
+from flowdrop_local.engine import remove_message
+from flowdrop_local.plans import run_plan
 from flowdrop_local.positions import keys_between
 from flowdrop_local.syncing import enable
 
@@ -53,7 +54,7 @@ def act(store: Store, ops: list[Any], tag: str) -> None:
             held = buf.messages()
             if held:
                 with store.backend.write() as tx:
-                    drive(remove_message(held[arg % len(held)].id), tx)
+                    run_plan(remove_message(held[arg % len(held)].id), tx)
         elif kind == "delete":
             buf.delete()
         elif kind == "reimport":
@@ -210,7 +211,7 @@ def test_a_sync_reads_only_what_changed(tmp_path: Path) -> None:
 def _remove_result(store: Store) -> None:
     (found,) = [m for m in store.buffer(*KEYS[0]).messages() if m.content == "real"]
     with store.backend.write() as tx:
-        drive(remove_message(found.id), tx)
+        run_plan(remove_message(found.id), tx)
 
 
 def _late_result(store: Store) -> None:

@@ -408,7 +408,8 @@ def test_a_deleted_parents_link_travels_with_its_child(tmp_path: Path) -> None:
     found this with stores whose first messages had no links; since backups link
     first, this shape no longer loses the link before the fix either, and the test
     keeps the invariant (a store holding a link holds its ancestors')."""
-    from flowdrop_local.engine import drive, remove_message
+    from flowdrop_local.engine import remove_message
+    from flowdrop_local.plans import run_plan
 
     a, b, c, d = stores(tmp_path, 4)
     c.buffer(*K).append(said("p"))
@@ -419,7 +420,7 @@ def test_a_deleted_parents_link_travels_with_its_child(tmp_path: Path) -> None:
     with d.backend.write() as tx:
         for m in d.buffer(*K).messages():
             if m.content in ("q", "p"):
-                drive(remove_message(m.id), tx)
+                run_plan(remove_message(m.id), tx)
     a.buffer(*K).pop()
     for x, y in ((c, d), (c, a), (a, b), (b, d), (a, d), (c, b)):
         sync(x, y, full=True)

@@ -31,8 +31,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from flowdrop_local import Principal, Store, sync
-from flowdrop_local.engine import drive, remove_message
+from flowdrop_local.engine import remove_message
 from flowdrop_local.errors import BufferNotEmpty, InvalidImport
+from flowdrop_local.plans import run_plan
 from flowdrop_local.syncing import enable
 
 from .test_sync import OWNER, result, said, user
@@ -99,7 +100,7 @@ def change(store: Store, session: str, tag: str, rng: random.Random) -> None:
         store.buffer(*address, window=5).append(said(f"w {tag}"))
     elif kind == "remove" and (messages := buf.messages()):
         with store.backend.write() as tx:
-            drive(remove_message(rng.choice(messages).id), tx)
+            run_plan(remove_message(rng.choice(messages).id), tx)
     elif kind == "session_user":
         owner.drive(session, [user(f"su {tag}")])
     elif kind == "session_call":

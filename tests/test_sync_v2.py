@@ -242,9 +242,10 @@ def _pop(store: Store, late: str) -> None:
 
 def _remove(store: Store, late: str) -> None:
     from flowdrop_local import engine
+    from flowdrop_local.plans import run_plan
 
     with store.backend.write() as tx:
-        assert engine.drive(engine.remove_message(late), tx)
+        assert run_plan(engine.remove_message(late), tx)
 
 
 def _window(store: Store, late: str) -> None:

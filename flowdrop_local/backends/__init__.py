@@ -2,7 +2,7 @@
 
 A backend owns its connections and opens transactions; inside one, the handles
 (``Buffer``, sessions, memory, portability) and the append engine speak to a
-:class:`~flowdrop_local.engine.Transaction` in named statements that each backend
+:class:`~flowdrop_local.plans.Transaction` in named statements that each backend
 defines in its own dialect. The backends own the connections: ``Store.db`` only
 wraps the SQLite backend's own one in a sqlite-utils view, and the viewer hands
 ``Store`` a read-only PostgreSQL pool, as an application may hand it a pool.

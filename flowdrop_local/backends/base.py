@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Literal, TypeVar
 
 from ..check import Violation
-from ..engine import BufferState, Transaction
+from ..plans import BufferState, Transaction
 
 Durability = Literal["normal", "full"]
 T = TypeVar("T")

@@ -45,7 +45,6 @@ except ImportError as missing:  # pragma: no cover - depends on the install
     ) from missing
 
 from ..check import Violation, check_rows
-from ..engine import BufferState
 from ..errors import (
     FlowdropError,
     InvalidArgument,
@@ -61,6 +60,7 @@ from ..errors import (
     TooLarge,
     UnsupportedOperation,
 )
+from ..plans import BufferState
 from ..sync import statements as sync_statements
 from ..sync.schema import (
     NEWEST_STAMP,
@@ -128,7 +128,7 @@ _EDITED = (
 )
 # A buffer's count: the tally of its last row (postgresql.sql), NULL when it is empty.
 _TALLY = "SELECT tally FROM messages WHERE buffer_id = {} ORDER BY position DESC LIMIT 1"
-# What an append needs to know of a buffer (engine.BufferState), after its id.
+# What an append needs to know of a buffer (plans.BufferState), after its id.
 _STATE = (
     "SELECT b.id, last.tally, last.position, "
     "EXISTS (SELECT 1 FROM tool_calls WHERE buffer_id = b.id AND answered_by IS NULL), "
@@ -743,8 +743,7 @@ class _PgTx(Tx):
         rows = [_params(statement, row) for row in rows] if statement in _NAMED else rows
         self._queued.append((SQL[statement], rows, True))
 
-    def open(self, statement: str, params: Any) -> BufferState:
-        scope, scope_id, key, known_id = params
+    def open_buffer(self, scope: str, scope_id: str, key: str, known_id: int | None) -> BufferState:
         address = (scope, scope_id, key)
         lock, lock_params = lock_statement(known_id, address)
         locked, row = self._locked_state(lock, lock_params, known_id, address)

@@ -3,7 +3,7 @@
 The async twin of :mod:`.postgresql`, with the same statements (its ``SQL``
 dict), the same transaction semantics and the same errors; only the I/O is
 awaited. The buffer rules are not here: the handles' plans (the append engine's
-among them) are driven on :class:`_AsyncPgTx` by :func:`engine.drive_async`.
+among them) are driven on :class:`_AsyncPgTx` by :func:`plans.run_plan_async`.
 
 * MEM-12 per buffer: an append locks its buffer's row (``FOR UPDATE``) before it
   reads the buffer's state; past ``lock_warning_after`` one warning is logged and
@@ -35,12 +35,12 @@ import psycopg_pool
 from psycopg import errors as pg_errors
 
 from ..check import Violation
-from ..engine import BufferState, Plan, drive_async
 from ..errors import (
     FlowdropError,
     InvalidArgument,
     StoreClosed,
 )
+from ..plans import BufferState, Plan, run_plan_async
 from .postgresql import (
     _NAMED,
     _READ_SNAPSHOT,
@@ -153,9 +153,10 @@ class _AsyncPgTx:
         rows = [_params(statement, row) for row in rows] if statement in _NAMED else rows
         self._queued.append((SQL[statement], rows, True))
 
-    async def open(self, statement: str, params: Any) -> BufferState:
-        """Lock the buffer's row, creating it first when it is new; see ``_PgTx.open``."""
-        scope, scope_id, key, known_id = params
+    async def open_buffer(
+        self, scope: str, scope_id: str, key: str, known_id: int | None
+    ) -> BufferState:
+        """Lock the buffer's row, creating it first when it is new; see ``_PgTx.open_buffer``."""
         address = (scope, scope_id, key)
         lock, lock_params = lock_statement(known_id, address)
         locked, row = await self._locked_state(lock, lock_params, known_id, address)
@@ -405,7 +406,7 @@ class AsyncPostgresBackend:
             tx = _AsyncPgTx(self, conn, "BEGIN")
             tx._queued = write_begin(self.lock_timeout)
             try:
-                result = await drive_async(plan, tx)
+                result = await run_plan_async(plan, tx)
                 await tx.commit()
             except BaseException as error:
                 await _rollback(conn)
@@ -420,7 +421,7 @@ class AsyncPostgresBackend:
         async with self._connection() as conn:
             tx = _AsyncPgTx(self, conn, _READ_SNAPSHOT if snapshot else None)
             try:
-                return await drive_async(plan, tx)
+                return await run_plan_async(plan, tx)
             except psycopg.Error as error:
                 raise translated(error, self.where) from None
             finally:

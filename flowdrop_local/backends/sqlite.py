@@ -14,7 +14,7 @@ half way with "database is locked"), then one ``COMMIT``, or a ``ROLLBACK`` on
 any exception, ``KeyboardInterrupt`` included.
 
 The tail cache: what the append path knows of each buffer it wrote (its
-:class:`~flowdrop_local.engine.BufferState`) is kept between appends, valid while
+:class:`~flowdrop_local.plans.BufferState`) is kept between appends, valid while
 no other connection has committed (``PRAGMA data_version``, read after every
 ``BEGIN IMMEDIATE``) and this one wrote nothing else (``total_changes``).
 """
@@ -39,7 +39,7 @@ from .. import _files
 from .._ids import id_blob, id_text
 from .._schema import prepare
 from ..check import Violation, check_database
-from ..engine import BufferState, new_message_id_bytes
+from ..engine import new_message_id_bytes
 from ..errors import (
     BackupTargetExists,
     CorruptRow,
@@ -52,6 +52,7 @@ from ..errors import (
     TooLarge,
     shown,
 )
+from ..plans import BufferState
 from ..sync import statements as sync_statements
 from ..sync.schema import (
     NEWEST_STAMP,
@@ -501,11 +502,10 @@ class _SqliteTx(Tx):
             ]
         self.conn.executemany(SQL[statement], rows)
 
-    def open(self, statement: str, params: Any) -> BufferState:
+    def open_buffer(self, scope: str, scope_id: str, key: str, known_id: int | None) -> BufferState:
         # The cache is keyed by address and a miss looks the address up: a buffer
         # can be deleted (Buffer.delete) and SQLite may give its row id to the next
-        # new buffer, so an id a handle remembers is not trusted on its own.
-        scope, scope_id, key, _known_id = params
+        # new buffer, so an id a handle remembers (known_id) is not trusted on its own.
         address = (scope, scope_id, key)
         cached = self._backend._tails.get(address)
         if cached is not None:

@@ -10,11 +10,12 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
-from ..engine import drive, heal, remove_message
+from ..engine import heal, remove_message
 from ..errors import (
     SyncIdConflict,
     SyncRefused,
 )
+from ..plans import run_plan
 from ..rules.merge import Entry, Merged, merge
 from .common import Address, Scopes, wall_clock
 from .order import Ordering, record_links, shared_order
@@ -137,7 +138,7 @@ def _read(address: Address, first: Side, second: Side, *, grown: bool, stale: bo
         _, _, last, tally = state[1].split("|")[:4]
         read.tail = (last, int(tally), state[0])
     for side in (first, second):
-        buffer_id = side.tx.open("open_buffer", (*address, None)).id
+        buffer_id = side.tx.open_buffer(*address, None).id
         read.buffer_ids[side.label] = buffer_id
         view = views[side.label]
         if read.tail is not None:
@@ -171,7 +172,7 @@ def _deleted_elsewhere(
         for id_, kind in sorted(dead.items()):
             if spares(kind, is_placeholder_row(rows[id_].role, rows[id_].metadata)):
                 continue
-            if drive(remove_message(id_, heal_now=False), holder.tx):
+            if run_plan(remove_message(id_, heal_now=False), holder.tx):
                 holder.tombstone([(id_, address, kind)])
                 report.add(f"deleted_on_{holder.label}", 1)
                 dropped = True
@@ -213,7 +214,7 @@ def _write_both(
     write_merged(first, first_id, before[first.label], target, whole=read.tail is None)
     healed: list[str] = []
     count = above + len(target)
-    drive(heal(first_id, None, 0, count, healed, before_users_only=True), first.tx)
+    run_plan(heal(first_id, None, 0, count, healed, before_users_only=True), first.tx)
     report.add("healed", len(healed))
     settle(first, first_id, count + len(healed))
     final = first.entries_from(first_id, read.start)

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from ..engine import Plan
+from ..plans import Plan, Run
 from ..rules.merge import Entry
 from ..rules.order import (
     ROOT,
@@ -209,4 +209,4 @@ def record_links(
 def link_store() -> Plan:
     """Give every message of the store that has no link one, from the store's order
     (as a merge of each buffer would): one statement (``sync_link_everything``)."""
-    yield "run", "sync_link_everything", ()
+    yield Run("sync_link_everything", ())

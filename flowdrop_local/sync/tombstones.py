@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ..engine import drive, remove_message
+from ..engine import remove_message
+from ..plans import run_plan
 from ..rules.merge import answered_in_place_id
 from .common import Address, Scopes, wall_clock
 from .report import Report
@@ -85,7 +86,7 @@ def exchange(a: Side, b: Side, scopes: Scopes, full: bool, report: Report) -> se
             source.view(address, full)  # as it was before the deletion
             target.view(address, full)
             for id_ in ids:
-                if drive(remove_message(id_, heal_now=False), target.tx):
+                if run_plan(remove_message(id_, heal_now=False), target.tx):
                     touched.add(address)
                     report.add(f"deleted_on_{target.label}", 1)
     return touched
