@@ -42,7 +42,6 @@ from .memory import MemoryRead, MemoryWrite, delete_op, get_op, set_op
 from .model import AppendResult, BufferInfo, BufferRef, Message
 from .plans import All, Plan
 from .portability import export_reads, export_record
-from .providers._common import window_reads
 from .refused import buffer_of
 from .store import Store, check_lock_timeout, check_seconds
 
@@ -488,12 +487,6 @@ class AsyncBuffer:
             return await self._sync_call(self._buffer.count)
         return int(await self._store._pg.read(self._buffer.count_plan(), snapshot=False))
 
-    async def _head(self, n: int) -> list[dict[str, Any]]:
-        head: list[dict[str, Any]] = await self._store._pg.read(
-            self._buffer.head_plan(n), snapshot=False
-        )
-        return head
-
     # ----------------------------------------------------------------- writes
 
     async def append(
@@ -631,16 +624,11 @@ class AsyncBuffer:
         return to_anthropic(await self._window(limit))
 
     async def _window(self, limit: int | None) -> list[dict[str, Any]]:
-        """``read_window``'s plan of reads, each read awaited."""
-        reads = window_reads(limit, with_head=True)
-        answer: Any = None
-        try:
-            while True:
-                kind, n = reads.send(answer)
-                answer = await (self.read(n) if kind == "read" else self._head(n or 0))
-        except StopIteration as done:
-            window: list[dict[str, Any]] = done.value
-            return window
+        """``Buffer.window_plan``, driven natively in one read transaction."""
+        window: list[dict[str, Any]] = await self._store._pg.read(
+            self._buffer.window_plan(limit), snapshot=True
+        )
+        return window
 
     async def _sync_call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         if self._buffer.refused:  # no storage behind it: nothing to wait for

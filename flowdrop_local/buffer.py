@@ -614,35 +614,55 @@ class Buffer:
 
     # -------------------------------------------------------- provider payloads
 
-    def _head(self, n: int) -> list[dict[str, Any]]:
-        """The first ``n`` messages, as :meth:`read` gives them (for a payload's system prompt)."""
-        with self.db.read(snapshot=False) as tx:
-            head: list[dict[str, Any]] = run_plan(self.head_plan(n), tx)
-        return head
-
     def head_plan(self, n: int) -> Plan:
-        """:meth:`_head` as a plan."""
+        """The first ``n`` messages, as :meth:`read` gives them (a payload's system prompt)."""
         rows = yield All("read_first_at", (*self.address, check_limit(n)))
         return [_row_to_dict(*row) for row in rows]
+
+    def window_plan(self, limit: int | None = None) -> Plan:
+        """The provider payloads' window as one plan: about the last ``limit``
+        messages, widened to whole turns, with the system messages that open the
+        history (:func:`~flowdrop_local.providers.window`). It reads only what the
+        window needs (:func:`~flowdrop_local.providers.read_window`'s reads, as steps),
+        in one transaction, so the reads see one state of the buffer."""
+        from .providers._common import window_reads
+
+        reads = window_reads(limit, with_head=True)
+        answer: Any = None
+        try:
+            while True:
+                kind, n = reads.send(answer)
+                if kind == "read":
+                    answer = yield from self.read_plan(n)
+                else:
+                    answer = yield from self.head_plan(n or 0)
+        except StopIteration as done:
+            window: list[dict[str, Any]] = done.value
+            return window
+
+    def _window(self, limit: int | None) -> list[dict[str, Any]]:
+        with self.db.read(snapshot=True) as tx:
+            window: list[dict[str, Any]] = run_plan(self.window_plan(limit), tx)
+        return window
 
     def to_openai_chat(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The history as OpenAI Chat Completions ``messages`` (see :mod:`.providers`).
 
         ``limit``: about the last ``limit`` messages, widened to whole turns; only
-        that window is read (:func:`~flowdrop_local.providers.read_window`).
+        that window is read (:meth:`window_plan`).
         """
-        from .providers import read_window, to_openai_chat
+        from .providers import to_openai_chat
 
-        return to_openai_chat(read_window(self.read, limit, self._head))
+        return to_openai_chat(self._window(limit))
 
     def to_openai_responses(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The history as OpenAI Responses ``input`` items (see :mod:`.providers`)."""
-        from .providers import read_window, to_openai_responses
+        from .providers import to_openai_responses
 
-        return to_openai_responses(read_window(self.read, limit, self._head))
+        return to_openai_responses(self._window(limit))
 
     def to_anthropic(self, limit: int | None = None) -> dict[str, Any]:
         """The history as Anthropic ``{"system", "messages"}`` (see :mod:`.providers`)."""
-        from .providers import read_window, to_anthropic
+        from .providers import to_anthropic
 
-        return to_anthropic(read_window(self.read, limit, self._head))
+        return to_anthropic(self._window(limit))

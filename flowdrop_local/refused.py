@@ -61,6 +61,12 @@ class RefusedBuffer(Buffer):
     def __len__(self) -> int:
         return 0
 
+    def _window(self, limit: int | None) -> list[dict[str, Any]]:
+        """An empty window, after the same check of ``limit`` (no storage is read)."""
+        from .providers import read_window
+
+        return read_window(lambda n: [], limit, lambda n: [])
+
     def clear(self) -> int:
         """Nothing to clear; returns 0."""
         return 0

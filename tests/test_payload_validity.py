@@ -522,18 +522,18 @@ def test_a_windowed_export_reads_only_its_window(store: Store) -> None:
         ]
     buf.append(batch)
     sizes: list[int | None] = []
-    read = buf.read
+    read_plan = buf.read_plan  # the window's reads are this plan's (Buffer.window_plan)
 
-    def counting_read(limit: int | None = None, **kwargs: Any) -> list[dict[str, Any]]:
-        rows = read(limit, **kwargs)
+    def counting_read_plan(limit: int | None = None, **kwargs: Any) -> Any:
+        rows = yield from read_plan(limit, **kwargs)
         sizes.append(len(rows))
         return rows
 
-    buf.read = counting_read  # type: ignore[method-assign]
+    buf.read_plan = counting_read_plan  # type: ignore[method-assign]
     payloads = exports(buf, 20)
     assert payloads["chat"][0] == {"role": "user", "content": "q995"}
     assert max(sizes) <= 40
-    assert payloads["chat"] == to_chat_of(buf, read(), 20)
+    assert payloads["chat"] == to_chat_of(buf, buf.read(), 20)
 
 
 def to_chat_of(buf: Buffer, messages: list[dict[str, Any]], limit: int) -> Any:
