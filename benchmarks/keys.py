@@ -34,7 +34,8 @@ from pathlib import Path
 
 import attrs
 
-from flowdrop_local import PLACEHOLDER_CONTENT, Buffer, Store
+from flowdrop_local import Buffer, Store
+from flowdrop_local.rules import PLACEHOLDER_CONTENT
 
 from . import report
 from .core import declaring_turn

@@ -5,16 +5,16 @@ The docs (``docs/``: the API, the rules it keeps, FlowDrop GR-MEM, and their
 standing) say how to use it; this module re-exports what an application calls.
 """
 
+import importlib
+import warnings
+from typing import Any
+
 from .access import (
-    IDENTITY_SCOPES,
-    SCOPES,
     AccessDenied,
     AccessRequest,
     ExecutionContext,
     Principal,
     ScopeResolution,
-    resolve_scope,
-    usable_identity,
 )
 from .aio import AsyncBuffer, AsyncStore
 from .buffer import Buffer
@@ -58,30 +58,12 @@ from .errors import (
 from .memory import MemoryRead, MemoryWrite
 from .model import AppendResult, BufferInfo, BufferRef, Message, Page, SearchHit, ToolCall
 from .portability import ImportReport
-from .positions import key_between, keys_between
-from .providers import (
-    from_anthropic,
-    from_openai_chat,
-    to_anthropic,
-    to_openai_chat,
-    to_openai_responses,
-    validate_anthropic,
-    validate_openai_chat,
-    validate_openai_responses,
-)
 from .refused import RefusedBuffer
-from .rules.assemble import assemble
-from .rules.normalize import normalize, validate_pairing
-from .rules.pairing import PLACEHOLDER_CONTENT, call_id_of
-from .rules.text import text_to_message
 from .sessions import Session, Sessions, Turn
 from .store import Store
 from .syncing import SyncReport, sync
 
 __all__ = [
-    "IDENTITY_SCOPES",
-    "PLACEHOLDER_CONTENT",
-    "SCOPES",
     "AccessDenied",
     "AccessRequest",
     "AppendResult",
@@ -141,22 +123,43 @@ __all__ = [
     "UnsafeFile",
     "UnsupportedOperation",
     "Violation",
-    "assemble",
-    "call_id_of",
-    "from_anthropic",
-    "from_openai_chat",
-    "key_between",
-    "keys_between",
-    "normalize",
-    "resolve_scope",
     "sync",
-    "text_to_message",
-    "to_anthropic",
-    "to_openai_chat",
-    "to_openai_responses",
-    "usable_identity",
-    "validate_anthropic",
-    "validate_openai_chat",
-    "validate_openai_responses",
-    "validate_pairing",
 ]
+
+
+# Names the root exported before 1.x kept it to what an application calls (issue 22
+# C); each now lives in its public module, and the root alias goes in the next release.
+_MOVED: dict[str, str] = {
+    "IDENTITY_SCOPES": "flowdrop_local.access",
+    "SCOPES": "flowdrop_local.access",
+    "resolve_scope": "flowdrop_local.access",
+    "usable_identity": "flowdrop_local.access",
+    "PLACEHOLDER_CONTENT": "flowdrop_local.rules",
+    "call_id_of": "flowdrop_local.rules",
+    "assemble": "flowdrop_local.rules",
+    "normalize": "flowdrop_local.rules",
+    "validate_pairing": "flowdrop_local.rules",
+    "text_to_message": "flowdrop_local.rules",
+    "key_between": "flowdrop_local.positions",
+    "keys_between": "flowdrop_local.positions",
+    "from_anthropic": "flowdrop_local.providers",
+    "from_openai_chat": "flowdrop_local.providers",
+    "to_anthropic": "flowdrop_local.providers",
+    "to_openai_chat": "flowdrop_local.providers",
+    "to_openai_responses": "flowdrop_local.providers",
+    "validate_anthropic": "flowdrop_local.providers",
+    "validate_openai_chat": "flowdrop_local.providers",
+    "validate_openai_responses": "flowdrop_local.providers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module 'flowdrop_local' has no attribute {name!r}")
+    warnings.warn(
+        f"flowdrop_local.{name} moved to {module}.{name}; this alias goes in the next release",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(module), name)

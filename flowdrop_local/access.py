@@ -32,6 +32,18 @@ log = logging.getLogger("flowdrop_local.access")
 
 Identifier = int | str
 Scope = Literal["global", "workflow", "pipeline", "execution", "session", "user"]
+__all__ = [
+    "IDENTITY_SCOPES",
+    "SCOPES",
+    "AccessDenied",
+    "AccessRequest",
+    "ExecutionContext",
+    "Principal",
+    "ScopeResolution",
+    "resolve_scope",
+    "usable_identity",
+]
+
 SCOPES: Final[tuple[str, ...]] = ("global", "workflow", "pipeline", "execution", "session", "user")
 # Scopes whose bucket belongs to somebody: they refuse rather than degrade to "".
 IDENTITY_SCOPES: Final = frozenset({"user", "session"})

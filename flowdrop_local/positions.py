@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from .errors import InvalidPositionKey
 
+__all__ = ["is_valid_key", "key_between", "keys_between", "validate_key"]
+
 DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _BASE = len(DIGITS)
 _DIGIT_VALUE = {c: i for i, c in enumerate(DIGITS)}

@@ -38,8 +38,10 @@ from agents import (  # noqa: E402
 from agents.lifecycle import RunHooksBase  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 
-from flowdrop_local import PLACEHOLDER_CONTENT, Store, validate_openai_responses  # noqa: E402
+from flowdrop_local import Store  # noqa: E402
 from flowdrop_local.integrations.openai_agents import Session, WriteAheadHooks  # noqa: E402
+from flowdrop_local.providers import validate_openai_responses  # noqa: E402
+from flowdrop_local.rules import PLACEHOLDER_CONTENT  # noqa: E402
 from tests.workers.agent_script import first_turn  # noqa: E402
 
 set_tracing_disabled(True)

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowdrop_local import InvalidMessage, assemble, text_to_message
+from flowdrop_local import InvalidMessage
+from flowdrop_local.rules import assemble, text_to_message
 
 from .conftest import spec_examples
 

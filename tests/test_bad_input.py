@@ -17,8 +17,8 @@ from flowdrop_local import (
     InvalidSession,
     Principal,
     Store,
-    usable_identity,
 )
+from flowdrop_local.access import usable_identity
 from flowdrop_local.rules.incoming import too_big
 
 from .conftest import snapshot

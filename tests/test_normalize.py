@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flowdrop_local import PLACEHOLDER_CONTENT, InvalidPayload, Store
+from flowdrop_local import InvalidPayload, Store
 from flowdrop_local.providers import to_openai_chat, validate_openai_chat
+from flowdrop_local.rules import PLACEHOLDER_CONTENT
 from flowdrop_local.rules.normalize import coerce_content, normalize, validate_pairing
 
 from .conftest import spec_examples

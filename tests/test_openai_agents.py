@@ -22,16 +22,14 @@ from agents.memory import Session as SessionProtocol  # noqa: E402
 from agents.memory import SessionSettings  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 
-from flowdrop_local import (  # noqa: E402
-    PLACEHOLDER_CONTENT,
-    InvalidAddress,
-    Store,
-    StoreClosed,
+from flowdrop_local import InvalidAddress, Store, StoreClosed  # noqa: E402
+from flowdrop_local.integrations.openai_agents import Session  # noqa: E402
+from flowdrop_local.providers import (  # noqa: E402
     validate_anthropic,
     validate_openai_chat,
     validate_openai_responses,
 )
-from flowdrop_local.integrations.openai_agents import Session  # noqa: E402
+from flowdrop_local.rules import PLACEHOLDER_CONTENT  # noqa: E402
 
 set_tracing_disabled(True)
 GUIDE = Path(__file__).parent.parent / "docs" / "frameworks.md"

@@ -16,17 +16,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flowdrop_local import (
-    PLACEHOLDER_CONTENT,
-    Buffer,
-    InvalidArgument,
-    InvalidPayload,
-    Store,
+from flowdrop_local import Buffer, InvalidArgument, InvalidPayload, Store
+from flowdrop_local.providers import (
+    OPENING_USER_TEXT,
+    UNNAMED_TOOL,
+    item_to_message,
     validate_anthropic,
     validate_openai_chat,
     validate_openai_responses,
 )
-from flowdrop_local.providers import OPENING_USER_TEXT, UNNAMED_TOOL, item_to_message
+from flowdrop_local.rules import PLACEHOLDER_CONTENT
 
 PNG = "iVBORw0KGgo="
 PDF = "JVBERi0xLjQ="
@@ -537,7 +536,7 @@ def test_a_windowed_export_reads_only_its_window(store: Store) -> None:
 
 
 def to_chat_of(buf: Buffer, messages: list[dict[str, Any]], limit: int) -> Any:
-    from flowdrop_local import to_openai_chat
+    from flowdrop_local.providers import to_openai_chat
 
     return to_openai_chat(messages, limit=limit)
 
@@ -716,7 +715,7 @@ STEP = st.one_of(
 
 
 def apply(buf: Buffer, kind: str, value: Any) -> None:
-    from flowdrop_local import from_anthropic, from_openai_chat
+    from flowdrop_local.providers import from_anthropic, from_openai_chat
 
     if kind == "flat":
         batch = value

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowdrop_local import InvalidPositionKey, key_between, keys_between
-from flowdrop_local.positions import is_valid_key
+from flowdrop_local import InvalidPositionKey
+from flowdrop_local.positions import is_valid_key, key_between, keys_between
 
 # (a, b, expected key or the error it raises): rows from the reference test table.
 BETWEEN = [

@@ -16,8 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flowdrop_local import PLACEHOLDER_CONTENT, Store
+from flowdrop_local import Store
 from flowdrop_local.positions import is_valid_key
+from flowdrop_local.rules import PLACEHOLDER_CONTENT
 
 CALL_IDS = ["c1", "c2", "c3", "c4", "0"]
 

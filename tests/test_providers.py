@@ -16,11 +16,11 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flowdrop_local import (
-    PLACEHOLDER_CONTENT,
-    Buffer,
-    InvalidPayload,
-    Store,
+from flowdrop_local import Buffer, InvalidPayload, Store
+from flowdrop_local.cli import cli
+from flowdrop_local.providers import (
+    OPENING_USER_TEXT,
+    UNNAMED_TOOL,
     from_anthropic,
     from_openai_chat,
     to_anthropic,
@@ -30,8 +30,7 @@ from flowdrop_local import (
     validate_openai_chat,
     validate_openai_responses,
 )
-from flowdrop_local.cli import cli
-from flowdrop_local.providers import OPENING_USER_TEXT, UNNAMED_TOOL
+from flowdrop_local.rules import PLACEHOLDER_CONTENT
 
 PNG = "iVBORw0KGgo="
 

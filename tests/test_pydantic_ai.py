@@ -48,7 +48,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from flowdrop_local import PLACEHOLDER_CONTENT, Buffer, Store
+from flowdrop_local import Buffer, Store
 from flowdrop_local.integrations.pydantic_ai import (
     Persist,
     aload,
@@ -56,6 +56,7 @@ from flowdrop_local.integrations.pydantic_ai import (
     load,
     save,
 )
+from flowdrop_local.rules import PLACEHOLDER_CONTENT
 
 ROOT = Path(__file__).parent.parent
 T0 = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)

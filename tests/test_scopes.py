@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flowdrop_local import (
-    SCOPES,
     AccessDenied,
     Buffer,
     ExecutionContext,
@@ -30,10 +29,9 @@ from flowdrop_local import (
     InvalidValue,
     RefusedBuffer,
     Store,
-    resolve_scope,
-    usable_identity,
 )
 from flowdrop_local._schema import SCHEMA_VERSION
+from flowdrop_local.access import SCOPES, resolve_scope, usable_identity
 
 from .conftest import snapshot, spec_examples
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from flowdrop_local import PLACEHOLDER_CONTENT, Buffer, InvalidMessage, Store
+from flowdrop_local import Buffer, InvalidMessage, Store
 from flowdrop_local.plans import run_plan
+from flowdrop_local.rules import PLACEHOLDER_CONTENT
 
 from .conftest import spec_examples
 

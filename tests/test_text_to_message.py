@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowdrop_local import Store, text_to_message
+from flowdrop_local import Store
+from flowdrop_local.rules import text_to_message
 from flowdrop_local.rules.normalize import coerce_content, normalize
 
 from .conftest import spec_examples
