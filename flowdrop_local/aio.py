@@ -103,8 +103,8 @@ class AsyncStore:
         if self._state == "closed":
             raise StoreClosed(f"the store {self.path!r} is closed")
         if is_postgresql_target(self._target):
-            from .backends.postgresql import refuse_sqlite_settings
             from .backends.postgresql_async import AsyncPostgresBackend
+            from .backends.postgresql_dialect import refuse_sqlite_settings
 
             refuse_sqlite_settings(self._options["durability"], self._options["read_only"])
             self._pg = await AsyncPostgresBackend.connect(

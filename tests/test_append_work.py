@@ -26,6 +26,7 @@ import pytest
 
 from flowdrop_local import Store
 from flowdrop_local.backends import postgresql as pg
+from flowdrop_local.backends import postgresql_dialect as pg_dialect
 
 from ._workload import ADDRESS, KINDS, fill
 
@@ -196,12 +197,12 @@ def _pg_work(url: str, recorder: _Recorder, operation: Any) -> dict[str, int]:
     work: dict[str, int] = {}
     with psycopg.connect(url) as conn:
         for name, params in recorder.seen:
-            if name not in pg.SQL:
+            if name not in pg_dialect.SQL:
                 continue
-            sql = pg.SQL[name]
+            sql = pg_dialect.SQL[name]
             rows = params if isinstance(params, list) else [params]
             for row in rows[:3]:
-                bound = pg._params(name, row)
+                bound = pg_dialect.statement_params(name, row)
                 try:
                     plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, bound).fetchone()
                     examined = _rows_examined(plan[0])  # type: ignore[index]

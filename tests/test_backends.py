@@ -17,7 +17,7 @@ import pytest
 from flowdrop_local import Store
 from flowdrop_local._schema import schema_sql, statements
 from flowdrop_local.backends import is_postgresql_target
-from flowdrop_local.backends import postgresql as pg_backend
+from flowdrop_local.backends import postgresql_dialect as pg_dialect
 from flowdrop_local.backends import sqlite as sqlite_backend
 from flowdrop_local.positions import key_between
 
@@ -27,7 +27,7 @@ ONLY_IN_POSTGRESQL = {"flowdrop_meta"}
 
 def test_both_backends_define_the_same_statements() -> None:
     """Every named statement the engine or a handle may ask for exists in both dialects."""
-    assert set(sqlite_backend.SQL) == set(pg_backend.SQL)
+    assert set(sqlite_backend.SQL) == set(pg_dialect.SQL)
 
 
 _VERBS = {"one", "all", "run", "write", "many"}
@@ -72,7 +72,7 @@ def test_every_statement_a_plan_or_handle_names_exists_in_every_backend() -> Non
     missing = [
         f"{name} ({where}): {backend}"
         for name, where in sorted(named.items())
-        for backend, sql in (("sqlite", sqlite_backend.SQL), ("postgresql", pg_backend.SQL))
+        for backend, sql in (("sqlite", sqlite_backend.SQL), ("postgresql", pg_dialect.SQL))
         if name not in sql
     ]
     assert missing == []
@@ -95,7 +95,7 @@ def test_the_backend_is_picked_from_the_target(target: str, expected: bool) -> N
 
 def test_a_password_never_appears_in_the_name_of_the_database() -> None:
     """Errors and repr use the URL without its password."""
-    assert pg_backend.redact("postgresql://app:s3cret@db/chat") == "postgresql://app:***@db/chat"
+    assert pg_dialect.redact("postgresql://app:s3cret@db/chat") == "postgresql://app:***@db/chat"
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from flowdrop_local import (
     Store,
     TooLarge,
 )
-from flowdrop_local.backends.postgresql import redact
+from flowdrop_local.backends.postgresql_dialect import redact
 
 from .conftest import snapshot
 

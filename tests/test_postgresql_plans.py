@@ -19,6 +19,7 @@ import pytest
 
 from flowdrop_local import Store
 from flowdrop_local.backends import postgresql as pg
+from flowdrop_local.backends import postgresql_dialect as pg_dialect
 from flowdrop_local.engine import new_message_id
 from flowdrop_local.plans import run_plan
 from flowdrop_local.rules.pairing import placeholder_message
@@ -130,15 +131,18 @@ def test_append_and_read_statements_filter_on_the_buffer(
     )
     with psycopg.connect(postgresql_url, autocommit=True) as conn:
         statements = [
-            (pg.SQL[name], pg._params(name, p[0] if isinstance(p, list) else p))
+            (
+                pg_dialect.SQL[name],
+                pg_dialect.statement_params(name, p[0] if isinstance(p, list) else p),
+            )
             for name, p in recorded
             if name in PATH_STATEMENTS
         ]
         statements += [
-            (pg._LOCK_AT, ("s", "", "k")),
-            (pg._STATE_AT, ("s", "", "k")),
-            (pg._LOCK_ID, (1,)),
-            (pg.SQL["buffer_state"], (1,)),
+            (pg_dialect.LOCK_AT, ("s", "", "k")),
+            (pg_dialect._STATE_AT, ("s", "", "k")),
+            (pg_dialect._LOCK_ID, (1,)),
+            (pg_dialect.SQL["buffer_state"], (1,)),
         ]
         for sql, params in statements:
             plan = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0]  # type: ignore[index]
@@ -146,7 +150,7 @@ def test_append_and_read_statements_filter_on_the_buffer(
                 conditions = " ".join(
                     str(scan.get(key, "")) for key in ("Index Cond", "Filter", "Recheck Cond")
                 )
-                if sql == pg.SQL["used_ids"]:  # caller-supplied ids: by primary key
+                if sql == pg_dialect.SQL["used_ids"]:  # caller-supplied ids: by primary key
                     assert "(id = ANY" in conditions, (sql, scan)
                     continue
                 assert "buffer_id" in conditions, (sql, scan)
@@ -166,7 +170,7 @@ def test_reading_the_last_n_does_not_sort_the_buffer(postgresql_url: str, name: 
     with psycopg.connect(postgresql_url, autocommit=True) as conn:
         conn.execute("ANALYZE")
         plan = conn.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + pg.SQL[name], ("s", "", "big", 50)
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + pg_dialect.SQL[name], ("s", "", "big", 50)
         ).fetchone()[0]  # type: ignore[index]
     nodes = list(_all_nodes(plan))
     assert not any(node["Node Type"] == "Sort" for node in nodes), nodes
@@ -255,7 +259,8 @@ def test_each_hot_statement_names_its_index(postgresql_url: str, statistics: str
         ).fetchone()  # type: ignore[misc]
         for name, (params, indexes) in _pg_expected(bid, pos, mid).items():
             plan = conn.execute(
-                "EXPLAIN (FORMAT JSON) " + pg.SQL[name], pg._params(name, params)
+                "EXPLAIN (FORMAT JSON) " + pg_dialect.SQL[name],
+                pg_dialect.statement_params(name, params),
             ).fetchone()[0]  # type: ignore[index]
             conn.rollback()
             used = _index_names(plan)

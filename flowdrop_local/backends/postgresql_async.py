@@ -41,22 +41,20 @@ from ..errors import (
     StoreClosed,
 )
 from ..plans import BufferState, Plan, run_plan_async
-from .postgresql import (
-    _NAMED,
-    _READ_SNAPSHOT,
-    _RETRIED,
-    _RETRIES,
+from .postgresql_dialect import (
     CHECK_BUFFERS_SQL,
     CHECK_LEDGER_SQL,
     CHECK_MESSAGES_SQL,
     CREATE_LOCK_SQL,
     META_SQL,
+    NAMED_PARAMS,
+    READ_SNAPSHOT,
+    RETRIED_ERRORS,
+    RETRIES,
     SCHEMA_VERSION,
     SQL,
     TABLES_SQL,
-    _after_begin,
-    _params,
-    _redacted,
+    after_begin,
     buffer_state,
     checked_buffer,
     connect_error,
@@ -65,12 +63,14 @@ from .postgresql import (
     no_connection,
     opening_error,
     redact,
+    redacted,
     refuse,
     refuse_shared,
     schema_findings,
     schema_scripts,
     stale_findings,
     state_statement,
+    statement_params,
     translated,
     version_of,
     warn,
@@ -113,7 +113,7 @@ class _AsyncPgTx:
         queued, self._queued = self._queued, []
         if not self._pinned:
             self._pinned = True
-            queued.insert(_after_begin(queued), (PIN_SQL, (self._backend.search_path,), False))
+            queued.insert(after_begin(queued), (PIN_SQL, (self._backend.search_path,), False))
         return queued
 
     async def _send(self, sql: str | None = None, params: Any = None) -> psycopg.AsyncCursor[Any]:
@@ -135,22 +135,26 @@ class _AsyncPgTx:
         return cursor
 
     async def one(self, statement: str, params: Any = ()) -> Any:
-        cursor = await self._send(SQL[statement], _params(statement, params))
+        cursor = await self._send(SQL[statement], statement_params(statement, params))
         return await cursor.fetchone()
 
     async def all(self, statement: str, params: Any = ()) -> list[Any]:
-        cursor = await self._send(SQL[statement], _params(statement, params))
+        cursor = await self._send(SQL[statement], statement_params(statement, params))
         return await cursor.fetchall()
 
     async def run(self, statement: str, params: Any = ()) -> int:
-        cursor = await self._send(SQL[statement], _params(statement, params))
+        cursor = await self._send(SQL[statement], statement_params(statement, params))
         return cursor.rowcount
 
     async def write(self, statement: str, params: Any = ()) -> None:
-        self._queued.append((SQL[statement], _params(statement, params), False))
+        self._queued.append((SQL[statement], statement_params(statement, params), False))
 
     async def many(self, statement: str, rows: Any) -> None:
-        rows = [_params(statement, row) for row in rows] if statement in _NAMED else rows
+        rows = (
+            [statement_params(statement, row) for row in rows]
+            if statement in NAMED_PARAMS
+            else rows
+        )
         self._queued.append((SQL[statement], rows, True))
 
     async def open_buffer(
@@ -391,11 +395,11 @@ class AsyncPostgresBackend:
         A deadlock or serialisation failure runs the whole transaction again, up to
         the sync backend's bound, with the same backoff.
         """
-        for attempt in range(_RETRIES):
+        for attempt in range(RETRIES):
             try:
                 return await self._write(make_plan())
-            except _RETRIED as error:
-                if attempt == _RETRIES - 1:
+            except RETRIED_ERRORS as error:
+                if attempt == RETRIES - 1:
                     raise translated(error, self.where, self.lock_timeout) from None
                 await asyncio.sleep(random.uniform(0, 0.01 * 2**attempt))
         raise AssertionError("unreachable")
@@ -410,7 +414,7 @@ class AsyncPostgresBackend:
                 await tx.commit()
             except BaseException as error:
                 await _rollback(conn)
-                if isinstance(error, _RETRIED):
+                if isinstance(error, RETRIED_ERRORS):
                     raise
                 raise translated(error, self.where, self.lock_timeout) from None
             return result
@@ -419,7 +423,7 @@ class AsyncPostgresBackend:
         """Run ``plan`` in one read transaction (one statement alone needs no BEGIN)."""
         self.ensure_open()
         async with self._connection() as conn:
-            tx = _AsyncPgTx(self, conn, _READ_SNAPSHOT if snapshot else None)
+            tx = _AsyncPgTx(self, conn, READ_SNAPSHOT if snapshot else None)
             try:
                 return await run_plan_async(plan, tx)
             except psycopg.Error as error:
@@ -434,18 +438,18 @@ class AsyncPostgresBackend:
         async with self._connection() as conn:
             self._exporting.add(conn)
             try:
-                await conn.execute(_READ_SNAPSHOT)
+                await conn.execute(READ_SNAPSHOT)
                 await conn.execute(PIN_SQL, (self.search_path,))
                 for i, (statement, params) in enumerate(reads):
                     async with conn.cursor(name=f"flowdrop_export_{i}") as cursor:
                         cursor.itersize = _EXPORT_CHUNK
-                        await cursor.execute(SQL[statement], _params(statement, params))
+                        await cursor.execute(SQL[statement], statement_params(statement, params))
                         async for row in cursor:
                             self.ensure_open()
                             yield i, row
             except psycopg.Error as error:
                 self.ensure_open()
-                raise FlowdropError(f"cannot export {self.where}: {_redacted(error)}") from None
+                raise FlowdropError(f"cannot export {self.where}: {redacted(error)}") from None
             finally:
                 self._exporting.discard(conn)
                 await _rollback(conn)
@@ -454,7 +458,7 @@ class AsyncPostgresBackend:
         """Every broken invariant; the same queries and judgement as the sync backend."""
         self.ensure_open()
         async with self._connection() as conn:
-            tx = _AsyncPgTx(self, conn, _READ_SNAPSHOT)
+            tx = _AsyncPgTx(self, conn, READ_SNAPSHOT)
             try:
                 found = verdict(self.schema, await tx.raw_many(verification_reads(self.schema)))
                 violations = [

@@ -115,7 +115,7 @@ def open_read_only(target: str) -> Iterator[Store]:
     import psycopg_pool
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from ..backends.postgresql import redact
+    from ..backends.postgresql_dialect import redact
 
     params = conninfo_to_dict(target)
     options = str(params.get("options") or "")
