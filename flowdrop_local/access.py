@@ -108,7 +108,7 @@ def _writable_id(
         )
 
 
-def check_scope_name(scope: object) -> str:
+def valid_scope_name(scope: object) -> str:
     """A scope name as an address takes it: printable ASCII, no surrounding whitespace.
 
     Scope names are identifiers the application chooses, so this costs nothing
@@ -228,7 +228,7 @@ def resolve_address(scope: str, scope_id: object) -> ScopeResolution:
     exactly as a context would. Any other scope name is returned as given: the
     address is the application's own (trusted tier), checked by ``Buffer``.
     """
-    check_scope_name(scope)
+    valid_scope_name(scope)
     if scope in IDENTITY_SCOPES:
         field = _SCOPE_FIELD[scope]
         assert field is not None

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from .access import ExecutionContext, resolve_address, resolve_scope
 from .backends import Durability, is_postgresql_target
-from .buffer import Buffer, check_address_part
+from .buffer import Buffer, valid_address_part
 from .check import Violation
 from .engine import new_message_id, validate_batch
 from .errors import StoreClosed, UnsupportedOperation
@@ -43,7 +43,7 @@ from .model import AppendResult, BufferInfo, BufferRef, Message
 from .plans import All, Plan
 from .portability import export_reads, export_record
 from .refused import buffer_of
-from .store import Store, check_lock_timeout, check_seconds
+from .store import Store, valid_lock_timeout, valid_seconds
 
 __all__ = ["AsyncBuffer", "AsyncStore", "new_message_id"]
 
@@ -78,8 +78,8 @@ class AsyncStore:
         self._target = target
         self._options: dict[str, Any] = {
             "durability": durability,
-            "lock_warning_after": check_seconds("lock_warning_after", lock_warning_after),
-            "lock_timeout": check_lock_timeout(lock_timeout),
+            "lock_warning_after": valid_seconds("lock_warning_after", lock_warning_after),
+            "lock_timeout": valid_lock_timeout(lock_timeout),
             "read_only": read_only,
             "create": create,
             "shared_schema": bool(shared_schema),
@@ -332,7 +332,7 @@ class AsyncStore:
             StoreClosed: the store is not open.
         """
         self._ensure_open()
-        check_address_part("key", key, allow_empty=False)
+        valid_address_part("key", key, allow_empty=False)
         return AsyncBuffer(
             self, buffer_of(self._plans(), resolve_address(scope, scope_id), scope, key, window)
         )
@@ -343,7 +343,7 @@ class AsyncStore:
         """The buffer of ``key`` in ``scope`` as ``context`` resolves it; see
         ``Store.buffer_for`` (a refused scope gives a refused buffer)."""
         self._ensure_open()
-        check_address_part("key", key, allow_empty=False)
+        valid_address_part("key", key, allow_empty=False)
         return AsyncBuffer(
             self, buffer_of(self._plans(), resolve_scope(context, scope), scope, key, window)
         )
@@ -605,7 +605,7 @@ class AsyncBuffer:
 
         if not self._native():
             return await self._sync_call(self._buffer.to_openai_chat, limit)
-        return to_openai_chat(await self._window(limit))
+        return to_openai_chat(await self._last_turns(limit))
 
     async def to_openai_responses(self, limit: int | None = None) -> list[dict[str, Any]]:
         """As ``Buffer.to_openai_responses``."""
@@ -613,7 +613,7 @@ class AsyncBuffer:
 
         if not self._native():
             return await self._sync_call(self._buffer.to_openai_responses, limit)
-        return to_openai_responses(await self._window(limit))
+        return to_openai_responses(await self._last_turns(limit))
 
     async def to_anthropic(self, limit: int | None = None) -> dict[str, Any]:
         """As ``Buffer.to_anthropic``."""
@@ -621,12 +621,12 @@ class AsyncBuffer:
 
         if not self._native():
             return await self._sync_call(self._buffer.to_anthropic, limit)
-        return to_anthropic(await self._window(limit))
+        return to_anthropic(await self._last_turns(limit))
 
-    async def _window(self, limit: int | None) -> list[dict[str, Any]]:
-        """``Buffer.window_plan``, driven natively in one read transaction."""
+    async def _last_turns(self, limit: int | None) -> list[dict[str, Any]]:
+        """``Buffer.last_turns_plan``, driven natively in one read transaction."""
         window: list[dict[str, Any]] = await self._store._pg.read(
-            self._buffer.window_plan(limit), snapshot=True
+            self._buffer.last_turns_plan(limit), snapshot=True
         )
         return window
 

@@ -12,12 +12,13 @@ same steps on an async transaction.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any
 
 from . import engine
 from ._ids import id_blob
-from .access import check_scope_name, resolve_address
+from .access import resolve_address, valid_scope_name
 from .backends.base import Backend, Tx
 from .engine import Placement, new_message_id, validate_batch
 from .errors import (
@@ -37,21 +38,21 @@ from .rules.incoming import Incoming
 __all__ = [
     "Buffer",
     "Placement",
-    "check_address_part",
-    "check_limit",
     "new_message_id",
+    "valid_address_part",
+    "valid_limit",
     "validate_batch",
 ]
 
 
-def check_address_part(name: str, value: object, *, allow_empty: bool) -> str:
+def valid_address_part(name: str, value: object, *, allow_empty: bool) -> str:
     """One part of a buffer address, or InvalidAddress before any SQL sees it.
 
-    A scope is a name the application chooses (:func:`access.check_scope_name`);
+    A scope is a name the application chooses (:func:`access.valid_scope_name`);
     ``scope_id`` and ``key`` are free text, but valid Unicode (stored as UTF-8).
     """
     if name == "scope":
-        return check_scope_name(value)
+        return valid_scope_name(value)
     if not isinstance(value, str):
         raise InvalidAddress(f"{name} must be a string, not {type(value).__name__}")
     if not allow_empty and not value.strip():
@@ -68,7 +69,7 @@ def check_address_part(name: str, value: object, *, allow_empty: bool) -> str:
 _MAX_LIMIT = 2**63 - 1
 
 
-def check_limit(limit: object) -> int:
+def valid_limit(limit: object) -> int:
     """A row limit as the database can bind it: a non-negative int, capped at 2**63 - 1."""
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise InvalidArgument(f"limit must be a non-negative integer, got {shown(limit)}")
@@ -81,13 +82,13 @@ _MAX_METADATA = 1_000_000
 FORK_RUN = 5000  # rows a fork copies per statement (a progress step)
 
 
-def check_before(before: object) -> None:
+def valid_before(before: object) -> None:
     """``before`` as :meth:`Buffer.read` and :meth:`Buffer.messages` take it: None or an id."""
     if before is not None and not isinstance(before, str):
         raise InvalidArgument(f"before must be a message id (a string), not {shown(before)}")
 
 
-def check_title(title: object) -> str:
+def valid_title(title: object) -> str:
     """A conversation title as it can be stored, or InvalidArgument."""
     if not isinstance(title, str):
         raise InvalidArgument(f"a title must be a string, not {shown(title)}")
@@ -114,16 +115,16 @@ def checked_json(value: dict[str, Any]) -> str:
     return text
 
 
-def _fork_target(db: Backend, to: object) -> Buffer:
+def _fork_target(backend: Backend, to: object) -> Buffer:
     """The handle on a fork's target address, checked as ``Store.buffer`` checks one."""
     if not isinstance(to, tuple | list) or len(to) != 3:
         raise InvalidAddress(f"to must be (scope, scope_id, key), not {shown(to)}")
     scope, scope_id, key = to
-    check_address_part("key", key, allow_empty=False)
+    valid_address_part("key", key, allow_empty=False)
     resolution = resolve_address(scope, scope_id)
     if resolution.refused:
         raise InvalidAddress(f"cannot fork into {shown(tuple(to))}: {resolution.reason}")
-    return Buffer(db, scope, resolution.scope_id, key)
+    return Buffer(backend, scope, resolution.scope_id, key)
 
 
 def _fork(
@@ -187,18 +188,29 @@ class Buffer:
     refused = False  # True on a RefusedBuffer: its identity scope refused (MEM-7)
 
     def __init__(
-        self, db: Backend, scope: str, scope_id: str, key: str, *, window: int | None = None
+        self, backend: Backend, scope: str, scope_id: str, key: str, *, window: int | None = None
     ) -> None:
         if window is not None and (
             not isinstance(window, int) or isinstance(window, bool) or window < 1
         ):
             raise InvalidArgument(f"window must be a positive integer or None, got {shown(window)}")
-        self.db = db
+        self.backend = backend
         self.window = window
-        self.scope = check_address_part("scope", scope, allow_empty=False)
-        self.scope_id = check_address_part("scope_id", scope_id, allow_empty=True)
-        self.key = check_address_part("key", key, allow_empty=False)
+        self.scope = valid_address_part("scope", scope, allow_empty=False)
+        self.scope_id = valid_address_part("scope_id", scope_id, allow_empty=True)
+        self.key = valid_address_part("key", key, allow_empty=False)
         self._id: int | None = None  # the buffers row last seen (a hint: rows can be deleted)
+
+    @property
+    def db(self) -> Backend:
+        """Deprecated: :attr:`backend` (``Store.db`` is a sqlite-utils view; this was
+        the backend). Goes in the next release."""
+        warnings.warn(
+            "Buffer.db is now Buffer.backend; this alias goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.backend
 
     def __repr__(self) -> str:
         return f"<Buffer {self.scope!r} {self.scope_id!r} {self.key!r}>"
@@ -238,8 +250,8 @@ class Buffer:
         Raises:
             MessageNotFound: ``before`` names no message of this buffer.
         """
-        check_before(before)
-        with self.db.read(snapshot=before is not None) as tx:
+        valid_before(before)
+        with self.backend.read(snapshot=before is not None) as tx:
             return self.read_in(tx, limit, before=before)
 
     def read_in(
@@ -251,17 +263,17 @@ class Buffer:
 
     def read_plan(self, limit: int | None = None, *, before: str | None = None) -> Plan:
         """:meth:`read` as a plan (the arguments are checked when it starts)."""
-        check_before(before)
+        valid_before(before)
         if before is None:  # one statement, keyed by the address
             if limit is None:
                 rows = yield All("read_all_at", self.address)
             else:
-                rows = yield All("read_last_at", (*self.address, check_limit(limit)))
+                rows = yield All("read_last_at", (*self.address, valid_limit(limit)))
                 rows.reverse()
             return [_row_to_dict(*row) for row in rows]
         found = yield from self._position_of(before)
         buffer_id = self._id
-        limit = _MAX_LIMIT if limit is None else check_limit(limit)
+        limit = _MAX_LIMIT if limit is None else valid_limit(limit)
         rows = yield All("read_before", (buffer_id, found[0], limit))
         rows.reverse()
         return [_row_to_dict(*row) for row in rows]
@@ -285,8 +297,8 @@ class Buffer:
         Raises:
             MessageNotFound: ``before`` names no message of this buffer.
         """
-        check_before(before)
-        with self.db.read(snapshot=before is not None) as tx:
+        valid_before(before)
+        with self.backend.read(snapshot=before is not None) as tx:
             return self.messages_in(tx, limit, before=before)
 
     def messages_in(
@@ -298,17 +310,17 @@ class Buffer:
 
     def messages_plan(self, limit: int | None = None, *, before: str | None = None) -> Plan:
         """:meth:`messages` as a plan."""
-        check_before(before)
+        valid_before(before)
         if before is not None:
             found = yield from self._position_of(before)
             buffer_id = self._id
-            bound = _MAX_LIMIT if limit is None else check_limit(limit)
+            bound = _MAX_LIMIT if limit is None else valid_limit(limit)
             rows = yield All("messages_before", (buffer_id, found[0], bound))
             rows.reverse()
         elif limit is None:
             rows = yield All("messages_all_at", self.address)
         else:
-            rows = yield All("messages_last_at", (*self.address, check_limit(limit)))
+            rows = yield All("messages_last_at", (*self.address, valid_limit(limit)))
             rows.reverse()
         return [
             converter.structure(
@@ -326,7 +338,7 @@ class Buffer:
         ]
 
     def __len__(self) -> int:
-        with self.db.read(snapshot=False) as tx:
+        with self.backend.read(snapshot=False) as tx:
             return int(run_plan(self.count_plan(), tx))
 
     def count_plan(self) -> Plan:
@@ -348,7 +360,9 @@ class Buffer:
         """
         # transact: PostgreSQL may pick a delete as a deadlock's victim (against a
         # sync holding the change numbers it needs): it runs again.
-        popped: dict[str, Any] | None = self.db.transact(lambda tx: run_plan(self.pop_plan(), tx))
+        popped: dict[str, Any] | None = self.backend.transact(
+            lambda tx: run_plan(self.pop_plan(), tx)
+        )
         return popped
 
     def pop_plan(self) -> Plan:
@@ -361,7 +375,7 @@ class Buffer:
 
     def clear(self) -> int:
         """Delete every message of this buffer in one transaction; return how many."""
-        return int(self.db.transact(lambda tx: run_plan(self.clear_plan(), tx)))
+        return int(self.backend.transact(lambda tx: run_plan(self.clear_plan(), tx)))
 
     def clear_plan(self) -> Plan:
         """:meth:`clear` as a plan, for a write transaction."""
@@ -389,7 +403,7 @@ class Buffer:
         if not batch:
             return AppendResult(count=len(self), appended=0)
         try:
-            return self.db.transact(lambda tx: self.append_in(tx, batch), keep_tails=True)
+            return self.backend.transact(lambda tx: self.append_in(tx, batch), keep_tails=True)
         except BaseException:
             self.forget_row()  # the rollback may have undone the buffer's row
             raise
@@ -434,7 +448,7 @@ class Buffer:
         A buffer without a row (nothing appended, titled or given metadata) reads
         as an empty :class:`BufferInfo` with ``created_at`` and ``updated_at`` None.
         """
-        with self.db.read(snapshot=False) as tx:
+        with self.backend.read(snapshot=False) as tx:
             info: BufferInfo = run_plan(self.info_plan(), tx)
         return info
 
@@ -465,14 +479,14 @@ class Buffer:
                 NUL, or is longer than 1,000 characters; nothing was written.
         """
         plan = self.set_title_plan(title)  # the title is checked before the transaction
-        with self.db.write() as tx:
+        with self.backend.write() as tx:
             info: BufferInfo = run_plan(plan, tx)
         return info
 
     def set_title_plan(self, title: str) -> Plan:
         """:meth:`set_title` as a plan, for a write transaction; ``title`` is checked
         when the plan is made (InvalidArgument before any transaction)."""
-        return self._set_title(check_title(title))
+        return self._set_title(valid_title(title))
 
     def _set_title(self, text: str) -> Plan:
         buffer_id = yield from self._row_plan()
@@ -493,7 +507,7 @@ class Buffer:
                 is not JSON, or the result is too large; nothing was written.
         """
         plan = self.update_metadata_plan(changes)  # bad input: refused before the transaction
-        with self.db.write() as tx:
+        with self.backend.write() as tx:
             run_plan(plan, tx)
         return self.info()
 
@@ -539,7 +553,7 @@ class Buffer:
         Returns:
             How many messages were deleted (0 when the buffer did not exist).
         """
-        return self.db.transact(self.delete_in)
+        return self.backend.transact(self.delete_in)
 
     def delete_in(self, tx: Tx) -> int:
         """:meth:`delete` inside an open write transaction (the sessions API's admin tier)."""
@@ -585,7 +599,7 @@ class Buffer:
                 id names nobody included).
         """
         plan = self.fork_plan(at=at, to=to, progress=progress)  # checked before the transaction
-        with self.db.write() as tx:
+        with self.backend.write() as tx:
             target: Buffer = run_plan(plan, tx)
         return target
 
@@ -601,7 +615,7 @@ class Buffer:
         is made (InvalidArgument, InvalidAddress, BufferNotEmpty for this buffer)."""
         if not isinstance(at, str) or has_lone_surrogate(at):
             raise InvalidArgument(f"at must be a message id (a string), not {shown(at)}")
-        target = _fork_target(self.db, to)
+        target = _fork_target(self.backend, to)
         if target.address == self.address:
             raise BufferNotEmpty(f"cannot fork {self!r} into itself")
         return self._fork_into(target, at, progress)
@@ -616,18 +630,18 @@ class Buffer:
 
     def head_plan(self, n: int) -> Plan:
         """The first ``n`` messages, as :meth:`read` gives them (a payload's system prompt)."""
-        rows = yield All("read_first_at", (*self.address, check_limit(n)))
+        rows = yield All("read_first_at", (*self.address, valid_limit(n)))
         return [_row_to_dict(*row) for row in rows]
 
-    def window_plan(self, limit: int | None = None) -> Plan:
+    def last_turns_plan(self, limit: int | None = None) -> Plan:
         """The provider payloads' window as one plan: about the last ``limit``
         messages, widened to whole turns, with the system messages that open the
         history (:func:`~flowdrop_local.providers.window`). It reads only what the
-        window needs (:func:`~flowdrop_local.providers.read_window`'s reads, as steps),
+        window needs (:func:`~flowdrop_local.providers.read_last_turns`'s reads, as steps),
         in one transaction, so the reads see one state of the buffer."""
-        from .providers._common import window_reads
+        from .providers._common import last_turns_reads
 
-        reads = window_reads(limit, with_head=True)
+        reads = last_turns_reads(limit, with_head=True)
         answer: Any = None
         try:
             while True:
@@ -640,29 +654,29 @@ class Buffer:
             window: list[dict[str, Any]] = done.value
             return window
 
-    def _window(self, limit: int | None) -> list[dict[str, Any]]:
-        with self.db.read(snapshot=True) as tx:
-            window: list[dict[str, Any]] = run_plan(self.window_plan(limit), tx)
+    def _last_turns(self, limit: int | None) -> list[dict[str, Any]]:
+        with self.backend.read(snapshot=True) as tx:
+            window: list[dict[str, Any]] = run_plan(self.last_turns_plan(limit), tx)
         return window
 
     def to_openai_chat(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The history as OpenAI Chat Completions ``messages`` (see :mod:`.providers`).
 
         ``limit``: about the last ``limit`` messages, widened to whole turns; only
-        that window is read (:meth:`window_plan`).
+        that window is read (:meth:`last_turns_plan`).
         """
         from .providers import to_openai_chat
 
-        return to_openai_chat(self._window(limit))
+        return to_openai_chat(self._last_turns(limit))
 
     def to_openai_responses(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The history as OpenAI Responses ``input`` items (see :mod:`.providers`)."""
         from .providers import to_openai_responses
 
-        return to_openai_responses(self._window(limit))
+        return to_openai_responses(self._last_turns(limit))
 
     def to_anthropic(self, limit: int | None = None) -> dict[str, Any]:
         """The history as Anthropic ``{"system", "messages"}`` (see :mod:`.providers`)."""
         from .providers import to_anthropic
 
-        return to_anthropic(self._window(limit))
+        return to_anthropic(self._last_turns(limit))

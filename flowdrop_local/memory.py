@@ -94,13 +94,13 @@ def _resolve(
 
 
 def get(
-    db: Backend, context: ExecutionContext | None, scope: str, key: str, default: Any = None
+    backend: Backend, context: ExecutionContext | None, scope: str, key: str, default: Any = None
 ) -> MemoryRead:
     """Read ``key`` in ``scope``; see :meth:`Store.memory_get`."""
     op = get_op(context, scope, key, default)
     if isinstance(op, MemoryRead):
         return op
-    with db.read() as tx:
+    with backend.read() as tx:
         read: MemoryRead = run_plan(op, tx)
     return read
 
@@ -124,13 +124,13 @@ def get_op(
 
 
 def set_(
-    db: Backend, context: ExecutionContext | None, scope: str, key: str, value: Any
+    backend: Backend, context: ExecutionContext | None, scope: str, key: str, value: Any
 ) -> MemoryWrite:
     """Store ``value`` under ``key`` in ``scope``; see :meth:`Store.memory_set`."""
     op = set_op(context, scope, key, value)
     if isinstance(op, MemoryWrite):
         return op
-    with db.write() as tx:
+    with backend.write() as tx:
         written: MemoryWrite = run_plan(op, tx)
     return written
 
@@ -153,12 +153,12 @@ def set_op(
     return plan()
 
 
-def delete(db: Backend, context: ExecutionContext | None, scope: str, key: str) -> MemoryWrite:
+def delete(backend: Backend, context: ExecutionContext | None, scope: str, key: str) -> MemoryWrite:
     """Delete ``key`` in ``scope``; see :meth:`Store.memory_delete`."""
     op = delete_op(context, scope, key)
     if isinstance(op, MemoryWrite):
         return op
-    with db.write() as tx:
+    with backend.write() as tx:
         written: MemoryWrite = run_plan(op, tx)
     return written
 

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from .access import IDENTITY_SCOPES, SCOPES, resolve_address, usable_identity
-from .buffer import Buffer, Placement, check_address_part, new_message_id
+from .buffer import Buffer, Placement, new_message_id, valid_address_part
 from .engine import edited, notify
 from .errors import (
     CorruptRow,
@@ -72,7 +72,7 @@ from .errors import (
 from .plans import run_plan
 from .positions import is_valid_key, key_between, keys_between
 from .refused import buffer_of
-from .rules.incoming import Incoming, check_message_id, incoming
+from .rules.incoming import Incoming, incoming, valid_message_id
 
 if TYPE_CHECKING:
     from .backends.base import Backend, Tx
@@ -111,7 +111,7 @@ class ImportReport:
 
 
 def export_records(
-    db: Backend, address: tuple[str, str, str] | None = None, *, full: bool = False
+    backend: Backend, address: tuple[str, str, str] | None = None, *, full: bool = False
 ) -> Iterator[dict[str, Any]]:
     """Every message (or one buffer's), as export records, in buffer and position order.
 
@@ -122,8 +122,10 @@ def export_records(
         NotADatabase: a row is damaged (invalid JSON); the error names it.
     """
     reads = export_reads(address, full=full)
-    db.ensure_open()  # StoreClosed at the call, as every other read
-    rows = (export_record(db.where, i, row, full=full) for i, row in db.snapshot_rows(reads))
+    backend.ensure_open()  # StoreClosed at the call, as every other read
+    rows = (
+        export_record(backend.where, i, row, full=full) for i, row in backend.snapshot_rows(reads)
+    )
     return itertools.chain([{"flowdrop_export": FORMAT_VERSION}], rows) if full else rows
 
 
@@ -357,8 +359,8 @@ class _Importer:
     last kept position and the next), and go to the append path a chunk at a time.
     """
 
-    def __init__(self, db: Backend, tx: Tx, replace: bool) -> None:
-        self.db = db
+    def __init__(self, backend: Backend, tx: Tx, replace: bool) -> None:
+        self.backend = backend
         self.tx = tx
         self.replace = replace
         self.runs: dict[tuple[str, str, str], _Run] = {}  # resolved address -> its run
@@ -409,7 +411,7 @@ class _Importer:
         given_id = record.get("id")
         if given_id is not None:
             try:  # stored in one spelling (lower case), as an append stores it
-                given_id = check_message_id(given_id, 0)
+                given_id = valid_message_id(given_id, 0)
             except InvalidMessage:
                 raise InvalidImport(number, f"id {given_id!r} is not a UUID") from None
         position = record.get("position")
@@ -531,8 +533,8 @@ class _Importer:
         self._finish()
         scope, scope_id, key = (str(part) for part in address)
         try:
-            check_address_part("key", key, allow_empty=False)
-            buffer = buffer_of(self.db, resolve_address(scope, scope_id), scope, key, None)
+            valid_address_part("key", key, allow_empty=False)
+            buffer = buffer_of(self.backend, resolve_address(scope, scope_id), scope, key, None)
         except InvalidAddress as error:
             raise InvalidImport(number, str(error)) from None
         if buffer.refused:
@@ -592,8 +594,8 @@ class _Importer:
         self._finish()
         scope, scope_id, key = address
         try:  # identity scopes judged as everywhere
-            check_address_part("key", key, allow_empty=False)
-            buffer = buffer_of(self.db, resolve_address(scope, scope_id), scope, key, None)
+            valid_address_part("key", key, allow_empty=False)
+            buffer = buffer_of(self.backend, resolve_address(scope, scope_id), scope, key, None)
         except InvalidAddress as error:
             raise InvalidImport(number, str(error)) from None
         if buffer.refused:
@@ -702,7 +704,7 @@ class _Importer:
 
 
 def import_records(
-    db: Backend, records: Iterable[tuple[int, object]], *, replace: bool = False
+    backend: Backend, records: Iterable[tuple[int, object]], *, replace: bool = False
 ) -> ImportReport:
     """Import numbered records in one transaction, as they come; see the module docstring.
 
@@ -711,8 +713,8 @@ def import_records(
             ``replace`` is false. The transaction is rolled back: nothing is written.
     """
     try:
-        with db.write() as tx:
-            importer = _Importer(db, tx, replace)
+        with backend.write() as tx:
+            importer = _Importer(backend, tx, replace)
             for number, record in records:
                 importer.add(number, record)
             return importer.finish()

@@ -3,7 +3,7 @@
 A :class:`RefusedBuffer` is a :class:`Buffer` (so every caller keeps its type) with
 no storage behind it: reads are empty, an append validates its messages and then
 drops them, reporting ``count=0, appended=0``. None of its methods executes SQL.
-Its ``db`` is a stand-in that raises on any use, so a ``Buffer`` method added
+Its ``backend`` is a stand-in that raises on any use, so a ``Buffer`` method added
 later and not overridden here fails closed instead of writing to a shared bucket.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from .access import refused_storage
-from .buffer import Buffer, check_limit, check_title, validate_batch
+from .buffer import Buffer, valid_limit, valid_title, validate_batch
 from .errors import MessageNotFound
 from .model import AppendResult, BufferInfo, Message
 
@@ -49,23 +49,23 @@ class RefusedBuffer(Buffer):
     def read(self, limit: int | None = None, *, before: str | None = None) -> list[dict[str, Any]]:
         """Nothing: a refused scope selects no bucket."""
         if limit is not None:
-            check_limit(limit)
+            valid_limit(limit)
         return []
 
     def messages(self, limit: int | None = None, *, before: str | None = None) -> list[Message]:
         """Nothing: a refused scope selects no bucket."""
         if limit is not None:
-            check_limit(limit)
+            valid_limit(limit)
         return []
 
     def __len__(self) -> int:
         return 0
 
-    def _window(self, limit: int | None) -> list[dict[str, Any]]:
+    def _last_turns(self, limit: int | None) -> list[dict[str, Any]]:
         """An empty window, after the same check of ``limit`` (no storage is read)."""
-        from .providers import read_window
+        from .providers import read_last_turns
 
-        return read_window(lambda n: [], limit, lambda n: [])
+        return read_last_turns(lambda n: [], limit, lambda n: [])
 
     def clear(self) -> int:
         """Nothing to clear; returns 0."""
@@ -96,7 +96,7 @@ class RefusedBuffer(Buffer):
 
     def set_title(self, title: str) -> BufferInfo:
         """Validate the title, then drop it, as an append drops its turn (MEM-7)."""
-        check_title(title)
+        valid_title(title)
         return self.info()
 
     def update_metadata(self, changes: Mapping[str, Any]) -> BufferInfo:
@@ -131,9 +131,9 @@ class RefusedBuffer(Buffer):
 
 
 def buffer_of(
-    db: Backend, resolution: ScopeResolution, scope: str, key: str, window: int | None
+    backend: Backend, resolution: ScopeResolution, scope: str, key: str, window: int | None
 ) -> Buffer:
     """The buffer a resolved address selects: a :class:`RefusedBuffer` when it refused."""
     if resolution.refused:
         return RefusedBuffer(scope, key, window=window)
-    return Buffer(db, scope, resolution.scope_id, key, window=window)
+    return Buffer(backend, scope, resolution.scope_id, key, window=window)

@@ -28,7 +28,7 @@ from importlib import resources
 from ._schema import search_sql as sqlite_search_sql
 from ._schema import statements
 from .backends.base import Backend, Tx
-from .buffer import check_address_part, check_limit
+from .buffer import valid_address_part, valid_limit
 from .errors import InvalidArgument, SearchNotEnabled, shown
 from .model import SearchHit
 
@@ -75,25 +75,27 @@ def enabled_in(tx: Tx) -> bool:
     return bool(tx.one("search_enabled")[0])
 
 
-def enabled(db: Backend) -> bool:
+def enabled(backend: Backend) -> bool:
     """Whether the store's search index exists."""
-    with db.read(snapshot=False) as tx:
+    with backend.read(snapshot=False) as tx:
         return enabled_in(tx)
 
 
-def enable(db: Backend, progress: Callable[[int, int], None] | None = None) -> bool:
+def enable(backend: Backend, progress: Callable[[int, int], None] | None = None) -> bool:
     """Create the search index and index every stored message, in one transaction.
 
     ``progress(done, total)`` is called after each run of messages. Returns False
     when the index existed already (nothing was done).
     """
-    with db.write() as tx:
-        if db.kind == "postgresql":
+    with backend.write() as tx:
+        if backend.kind == "postgresql":
             tx.script(_PG_LOCK)
         if enabled_in(tx):
             return False
         for statement in (
-            statements(search_sql(db.kind)) if db.kind == "sqlite" else [search_sql(db.kind)]
+            statements(search_sql(backend.kind))
+            if backend.kind == "sqlite"
+            else [search_sql(backend.kind)]
         ):
             tx.script(statement)
         total = tx.one("search_count_messages")[0]
@@ -113,7 +115,7 @@ def enable(db: Backend, progress: Callable[[int, int], None] | None = None) -> b
 
 
 def search(
-    db: Backend,
+    backend: Backend,
     query: str,
     *,
     scope: str | None = None,
@@ -130,14 +132,14 @@ def search(
         InvalidAddress: a filter is not a string.
     """
     terms = fts_query(query)
-    limit = check_limit(limit)
+    limit = valid_limit(limit)
     if scope is not None:
-        check_address_part("scope", scope, allow_empty=False)
+        valid_address_part("scope", scope, allow_empty=False)
     if scope_id is not None:
-        check_address_part("scope_id", scope_id, allow_empty=True)
+        valid_address_part("scope_id", scope_id, allow_empty=True)
     if key is not None:
-        check_address_part("key", key, allow_empty=False)
-    with db.read() as tx:
+        valid_address_part("key", key, allow_empty=False)
+    with backend.read() as tx:
         if not enabled_in(tx):
             raise SearchNotEnabled(
                 "search is not enabled on this store: run store.enable_search() "

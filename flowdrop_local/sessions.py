@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import enum
 import json
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -202,18 +203,29 @@ class Sessions:
 
     def __init__(
         self,
-        db: Backend,
+        backend: Backend,
         principal: Principal,
         hooks: Callable[[], tuple[AccessHook, ...]] = tuple,
     ) -> None:
         if not isinstance(principal, Principal):
             raise InvalidContext(f"principal must be a Principal, not {type(principal).__name__}")
-        self.db = db
+        self.backend = backend
         self.principal = principal
         self._hooks = hooks
 
+    @property
+    def db(self) -> Backend:
+        """Deprecated: :attr:`backend` (``Store.db`` is a sqlite-utils view; this was
+        the backend). Goes in the next release."""
+        warnings.warn(
+            "Sessions.db is now Sessions.backend; this alias goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.backend
+
     def __repr__(self) -> str:
-        return f"<Sessions of {self.db.where!r} as {self.principal!r}>"
+        return f"<Sessions of {self.backend.where!r} as {self.principal!r}>"
 
     # ---------------------------------------------------------------- helpers
 
@@ -256,7 +268,7 @@ class Sessions:
     def _change(self, session_id: object, action: str, statement: str, *args: object) -> Session:
         """Decide ``action``, run ``statement`` with ``(*args, session id)``, in one transaction."""
         sid = _session_id(session_id)
-        with self.db.write() as tx:
+        with self.backend.write() as tx:
             self._require(action, self._load(tx, sid, lock=True), sid)
             tx.write(statement, (*args, sid))
             tx.write("session_touch", (sid,))
@@ -294,7 +306,7 @@ class Sessions:
             else _user("owner", owner)
         )
         sid = new_message_id()
-        with self.db.write() as tx:
+        with self.backend.write() as tx:
             decide(self.principal, "create", SessionFacts(sid, owner_id), self._hooks()).enforce()
             tx.write("session_insert", (sid, workflow, title, owner_id, meta))
             loaded = self._load(tx, sid)
@@ -304,7 +316,7 @@ class Sessions:
     def get(self, session_id: str) -> Session:
         """The session, if the principal may view it."""
         sid = _session_id(session_id)
-        with self.db.read() as tx:
+        with self.backend.read() as tx:
             return self._require("view", self._load(tx, sid), sid)
 
     def list(self, *, workflow_id: str | None = None) -> _SessionList:
@@ -316,7 +328,7 @@ class Sessions:
         if workflow_id is not None:
             workflow_id = _text("workflow id", workflow_id, blank=False)
         me = self.principal.identity
-        with self.db.read() as tx:
+        with self.backend.read() as tx:
             if self.principal.admin:
                 rows = tx.all("session_list_all", (workflow_id,))
             elif me is None:
@@ -334,14 +346,14 @@ class Sessions:
 
         ``conversation``: an earlier conversation (0 is the first); default the current one.
         """
-        with self.db.read() as tx:  # the decision and the rows: one snapshot
+        with self.backend.read() as tx:  # the decision and the rows: one snapshot
             return self._conversation(tx, session_id, conversation).read_in(tx, limit)
 
     def messages(
         self, session_id: str, limit: int | None = None, *, conversation: int | None = None
     ) -> _Messages:
         """The session's conversation as :class:`Message` records, if the principal may view it."""
-        with self.db.read() as tx:  # the decision and the rows: one snapshot
+        with self.backend.read() as tx:  # the decision and the rows: one snapshot
             return self._conversation(tx, session_id, conversation).messages_in(tx, limit)
 
     def _conversation(self, tx: Tx, session_id: object, conversation: int | None) -> Buffer:
@@ -362,7 +374,7 @@ class Sessions:
         return self._buffer(context_for(session), conversation_key(n))
 
     def _buffer(self, context: ExecutionContext, key: str) -> Buffer:
-        return buffer_of(self.db, resolve_scope(context, "session"), "session", key, None)
+        return buffer_of(self.backend, resolve_scope(context, "session"), "session", key, None)
 
     # ----------------------------------------------------------------- driving
 
@@ -386,7 +398,7 @@ class Sessions:
         """
         sid = _session_id(session_id)
         batch = validate_batch(messages)  # bad input is refused before any decision
-        with self.db.write() as tx:
+        with self.backend.write() as tx:
             session = self._require("drive", self._load(tx, sid, lock=True), sid)
             if session.status != "active":
                 raise SessionStopped(f"session {sid} is {session.status}; resume it first")
@@ -400,7 +412,7 @@ class Sessions:
         """The context a turn of this session runs under (drive permission: it spends
         the owner's memory)."""
         sid = _session_id(session_id)
-        with self.db.read() as tx:
+        with self.backend.read() as tx:
             return context_for(self._require("drive", self._load(tx, sid), sid))
 
     def stop(self, session_id: str) -> Session:
@@ -430,7 +442,7 @@ class Sessions:
     def viewers(self, session_id: str) -> _SessionViewers:
         """The users granted view access (owner or admin)."""
         sid = _session_id(session_id)
-        with self.db.read() as tx:
+        with self.backend.read() as tx:
             self._require("grant", self._load(tx, sid), sid)
             return [row[0] for row in tx.all("session_viewers", (sid,))]
 
@@ -450,7 +462,7 @@ class Sessions:
             InvalidSession: ``conversation`` is not one of the session's.
         """
         sid = _session_id(session_id)
-        with self.db.write() as tx:
+        with self.backend.write() as tx:
             session = self._require("delete", self._load(tx, sid, lock=True), sid)
             n = self._conversation_number(session, conversation)
             buffer = self._buffer(context_for(session), conversation_key(n))
@@ -494,7 +506,7 @@ class Sessions:
         text, parts = stored_content(content, 0)
         if too_big(text):
             raise InvalidMessage(0, "content", f"takes more than {MAX_STORED_BYTES:,} bytes")
-        with self.db.write() as tx:
+        with self.backend.write() as tx:
             self._require("edit", self._message_session(tx, mid), None)
             if tx.one("is_placeholder", (mid,))[0]:
                 raise InvalidMessage(
@@ -527,6 +539,6 @@ class Sessions:
                 message's session cannot be loaded.
         """
         mid = _text("message id", message_id, blank=True)
-        with self.db.write() as tx:
+        with self.backend.write() as tx:
             self._require("delete", self._message_session(tx, mid), None)
             run_plan(engine.remove_message(mid), tx)

@@ -28,7 +28,7 @@ from .access import (
 )
 from .backends import Durability, open_backend
 from .backends.base import Backend
-from .buffer import Buffer, check_address_part, check_limit
+from .buffer import Buffer, valid_address_part, valid_limit
 from .check import Violation
 from .errors import InvalidArgument, UnsupportedOperation, shown, stored_json
 from .model import BufferInfo, BufferRef, Page, SearchHit
@@ -77,7 +77,7 @@ def _read_cursor(cursor: object) -> tuple[str, int]:
 MAX_SECONDS = 1_000_000.0
 
 
-def check_seconds(name: str, value: object) -> float:
+def valid_seconds(name: str, value: object) -> float:
     """A number of seconds as a float: positive, finite and at most :data:`MAX_SECONDS`.
 
     The one conversion of a time setting: ``10**5000`` (OverflowError as a float),
@@ -99,14 +99,14 @@ def check_seconds(name: str, value: object) -> float:
     return float(value)
 
 
-def check_lock_warning_after(value: object) -> None:
+def valid_lock_warning_after(value: object) -> None:
     """``lock_warning_after`` is a positive number of seconds, or InvalidArgument."""
-    check_seconds("lock_warning_after", value)
+    valid_seconds("lock_warning_after", value)
 
 
-def check_lock_timeout(value: object) -> float | None:
+def valid_lock_timeout(value: object) -> float | None:
     """``lock_timeout``: None (wait for ever, the default) or a number of seconds."""
-    return None if value is None else check_seconds("lock_timeout", value)
+    return None if value is None else valid_seconds("lock_timeout", value)
 
 
 class Store:
@@ -153,8 +153,8 @@ class Store:
         create: bool = True,
         shared_schema: bool = False,
     ) -> None:
-        lock_warning_after = check_seconds("lock_warning_after", lock_warning_after)
-        lock_timeout = check_lock_timeout(lock_timeout)
+        lock_warning_after = valid_seconds("lock_warning_after", lock_warning_after)
+        lock_timeout = valid_lock_timeout(lock_timeout)
         self._backend: Backend = open_backend(
             target,
             durability=durability,
@@ -266,7 +266,7 @@ class Store:
             InvalidAddress: an address part is not a string, or scope or key is blank.
         """
         self._backend.ensure_open()
-        check_address_part("key", key, allow_empty=False)  # bad input is an error, not a refusal
+        valid_address_part("key", key, allow_empty=False)  # bad input is an error, not a refusal
         return buffer_of(self._backend, resolve_address(scope, scope_id), scope, key, window)
 
     def buffers(self) -> list[BufferRef]:
@@ -304,11 +304,11 @@ class Store:
         """
         if order != "recent":
             raise InvalidArgument(f"order must be 'recent', not {shown(order)}")
-        limit = min(check_limit(limit), _MAX_PAGE)
+        limit = min(valid_limit(limit), _MAX_PAGE)
         if scope is not None:
-            check_address_part("scope", scope, allow_empty=False)
+            valid_address_part("scope", scope, allow_empty=False)
         if scope_id is not None:
-            check_address_part("scope_id", scope_id, allow_empty=True)
+            valid_address_part("scope_id", scope_id, allow_empty=True)
         updated_at, row_id = _FIRST_PAGE if after is None else _read_cursor(after)
         statement = (
             "conversations_of"
@@ -414,7 +414,7 @@ class Store:
             InvalidAddress: an unknown scope, or a blank key.
         """
         self._backend.ensure_open()
-        check_address_part("key", key, allow_empty=False)  # bad input is an error, not a refusal
+        valid_address_part("key", key, allow_empty=False)  # bad input is an error, not a refusal
         return buffer_of(self._backend, resolve_scope(context, scope), scope, key, window)
 
     def memory_get(

@@ -30,7 +30,8 @@ from flowdrop_local.engine import new_message_id
 
 # Public names of Buffer that AsyncBuffer does not have, and why.
 EXCLUDED: dict[str, str] = {
-    "db": "the sync backend; an async handle reaches the database through its AsyncStore",
+    "backend": "the sync backend; an async handle reaches the database through its AsyncStore",
+    "db": "the deprecated name of backend (one release)",
     "existing_id": "takes a sync transaction (Tx): a building block of the *_in variants",
     "forget_row": "the sync handle's cached row id, reset by the handles after a failed write",
 }

@@ -521,7 +521,7 @@ def test_a_windowed_export_reads_only_its_window(store: Store) -> None:
         ]
     buf.append(batch)
     sizes: list[int | None] = []
-    read_plan = buf.read_plan  # the window's reads are this plan's (Buffer.window_plan)
+    read_plan = buf.read_plan  # the window's reads are this plan's (Buffer.last_turns_plan)
 
     def counting_read_plan(limit: int | None = None, **kwargs: Any) -> Any:
         rows = yield from read_plan(limit, **kwargs)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +47,26 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         warnings.simplefilter("error")
         with pytest.raises(AttributeError, match="no_such_name"):
             flowdrop_local.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("old", "new"), [("window", "last_turns"), ("read_window", "read_last_turns")]
+)
+def test_the_payload_window_is_last_turns_and_the_old_names_warn(old: str, new: str) -> None:
+    """``window`` is a buffer's eviction limit; the payload's window is ``last_turns``."""
+    providers = importlib.import_module("flowdrop_local.providers")
+    with pytest.warns(DeprecationWarning, match=f"providers.{old} is now {new}"):
+        assert getattr(providers, old) is getattr(providers, new)
+    assert new in providers.__all__ and old not in providers.__all__
+
+
+def test_a_handles_backend_is_backend_and_db_warns(tmp_path: Path) -> None:
+    """``Store.db`` is a sqlite-utils view; a handle's backend is ``backend`` (``db``
+    warns for one release)."""
+    with flowdrop_local.Store(tmp_path / "chat.db") as store:
+        buf = store.buffer("global", "", "k")
+        sessions = store.sessions(flowdrop_local.Principal("ana"))
+        for handle in (buf, sessions):
+            with pytest.warns(DeprecationWarning, match=r"\.db is now .*\.backend"):
+                assert handle.db is handle.backend
+        assert buf.backend is sessions.backend

@@ -281,7 +281,7 @@ def test_refused_buffer_fails_closed_on_any_storage_path(store: Store) -> None:
         buffer.append_in(tx, [])
     assert denied.value.error_code == "scope_refused"
     with pytest.raises(AccessDenied) as denied:
-        buffer.db.write()
+        buffer.backend.write()
     assert denied.value.error_code == "scope_refused"
     assert store.buffers() == []
 

@@ -61,7 +61,7 @@ from agents.memory.session_settings import coerce_session_settings, resolve_sess
 from ..access import resolve_address
 from ..aio import AsyncStore
 from ..backends import is_postgresql_target
-from ..buffer import Buffer, check_address_part
+from ..buffer import Buffer, valid_address_part
 from ..errors import InvalidAddress, InvalidMessage, StoreClosed
 from ..providers import item_to_message, message_to_items
 from ..store import Store
@@ -111,7 +111,7 @@ class Session:
             if session_settings is not None
             else SessionSettings()
         )
-        check_address_part("key", key, allow_empty=False)
+        valid_address_part("key", key, allow_empty=False)
         if resolve_address("session", session_id).refused:
             raise InvalidAddress(
                 f"session_id {session_id!r} is not a usable identity for a session buffer"

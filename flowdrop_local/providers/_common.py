@@ -2,8 +2,8 @@
 
 An export runs in two steps over ``Buffer.read()`` dicts (pure, no I/O):
 
-1. :func:`window`: the last ``limit`` messages, widened to whole turns (a
-   buffer reads only that window: :func:`read_window`);
+1. :func:`last_turns`: the last ``limit`` messages, widened to whole turns (a
+   buffer reads only that window: :func:`read_last_turns`);
 2. MEM-5 :func:`~flowdrop_local.rules.normalize.normalize`: system messages
    first, results right after their turn (a result stored *before* its call, which
    the store's MEM-3 ledger counts as the answer, included), a placeholder for
@@ -119,7 +119,7 @@ def _window_start(messages: Sequence[MessageDict], limit: int) -> int:
     return start
 
 
-def window(messages: Sequence[MessageDict], limit: int | None) -> list[MessageDict]:
+def last_turns(messages: Sequence[MessageDict], limit: int | None) -> list[MessageDict]:
     """The last ``limit`` messages, widened so that the window is whole turns.
 
     The start moves back to the user message that opens its turn (or to the
@@ -191,25 +191,25 @@ def _settled(chunk: Sequence[MessageDict], start: int) -> bool:
     return True
 
 
-def read_window(
+def read_last_turns(
     read: Callable[[int | None], list[MessageDict]],
     limit: int | None,
     head: Callable[[int], list[MessageDict]] | None = None,
 ) -> list[MessageDict]:
-    """The window of ``limit`` messages (:func:`window`), reading only what it needs.
+    """The window of ``limit`` messages (:func:`last_turns`), reading only what it needs.
 
     ``read(n)`` returns the last ``n`` messages (``Buffer.read``). The read
     starts at ``limit`` messages and doubles until the window starts at a user
     turn inside what was read and pairs nothing before it, or the whole buffer
     was read: the cost follows the window, not the buffer. ``head(n)`` returns
     the first ``n`` messages: the system messages that open the history are read
-    through it and kept, as :func:`window` keeps them. ``limit=None`` reads
+    through it and kept, as :func:`last_turns` keeps them. ``limit=None`` reads
     everything.
 
     Raises:
         InvalidArgument: ``limit`` is not a non-negative integer (a ``ValueError``).
     """
-    reads = window_reads(limit, with_head=head is not None)
+    reads = last_turns_reads(limit, with_head=head is not None)
     answer: Any = None  # nothing is sent to start the plan
     try:
         while True:
@@ -220,10 +220,10 @@ def read_window(
         return result
 
 
-def window_reads(
+def last_turns_reads(
     limit: int | None, *, with_head: bool
 ) -> Generator[tuple[str, int | None], list[MessageDict], list[MessageDict]]:
-    """:func:`read_window` as a plan: it yields ``("read", n)`` (the last ``n``) and
+    """:func:`read_last_turns` as a plan: it yields ``("read", n)`` (the last ``n``) and
     ``("head", n)`` (the first ``n``), is sent the messages, and returns the window.
 
     The async buffer drives the same plan with awaited reads.
@@ -238,7 +238,7 @@ def window_reads(
         chunk = yield "read", size
         start = _window_start(chunk, limit)
         if len(chunk) < size:  # the whole history
-            return window(chunk, limit)
+            return last_turns(chunk, limit)
         if start > 0 and _settled(chunk, start):
             break
         size *= 2
@@ -256,7 +256,7 @@ def window_reads(
 
 def prepare(messages: Sequence[MessageDict], limit: int | None = None) -> list[MessageDict]:
     """Window and normalise (MEM-5): the sendable flat history."""
-    return normalize(window(messages, limit))[0]
+    return normalize(last_turns(messages, limit))[0]
 
 
 # ------------------------------------------------------------ reading messages

@@ -222,7 +222,7 @@ def _placeholder_content(
     return PLACEHOLDER_CONTENT
 
 
-def check_message_id(value: object, index: int) -> str:
+def valid_message_id(value: object, index: int) -> str:
     """A caller-supplied message id in the stored form (lower case), or InvalidMessage.
 
     Ids are the messages' keys across the whole store: a UUID (UUIDv7 recommended,
@@ -262,7 +262,7 @@ def incoming(message: object, index: int = 0) -> Incoming:
         )
     content, content_parts = stored_content(message.get("content"), index)
     given_id = message.get("id")
-    message_id = None if given_id is None else check_message_id(given_id, index)
+    message_id = None if given_id is None else valid_message_id(given_id, index)
 
     raw_metadata = message.get("metadata")
     if raw_metadata is None:

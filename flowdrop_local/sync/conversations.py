@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-from ..buffer import check_title, checked_json
+from ..buffer import checked_json, valid_title
 from ..errors import (
     InvalidArgument,
     SyncRefused,
@@ -72,7 +72,7 @@ def conversation_versions(
                     version = None
             else:
                 try:  # a peer's name is untrusted input, as a caller's set_title is
-                    check_title(str(row[1]))
+                    valid_title(str(row[1]))
                     checked_json(json.loads(str(row[2])))
                 except InvalidArgument as error:
                     raise SyncRefused(

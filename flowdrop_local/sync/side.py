@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from ..access import SCOPES, resolve_address
 from ..backends.base import Tx
-from ..buffer import check_address_part
+from ..buffer import valid_address_part
 from ..errors import InvalidAddress, InvalidMessage, SyncRefused
 from ..memory import _key as memory_key
 from ..portability import MAX_LINE_CHARS
@@ -395,8 +395,8 @@ def address_problem(scope: str, scope_id: str, key: str, *, memory: bool = False
         if memory:
             memory_key(key)
         else:
-            check_address_part("scope_id", scope_id, allow_empty=True)
-            check_address_part("key", key, allow_empty=False)
+            valid_address_part("scope_id", scope_id, allow_empty=True)
+            valid_address_part("key", key, allow_empty=False)
     except InvalidAddress as error:
         return f"is at an address an import refuses ({error})"
     if resolved.refused or (resolved.scope, resolved.scope_id) != (scope, scope_id):

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..buffer import check_limit
+from ..buffer import valid_limit
 from ..errors import FlowdropError, InvalidArgument
 from ..store import Store
 from ..transcript import transcript
@@ -81,7 +81,7 @@ class Catalog:
         Raises:
             InvalidArgument: a bad ``limit`` or ``after``.
         """
-        page = self.store.conversations(limit=check_limit(limit), after=after or None)
+        page = self.store.conversations(limit=valid_limit(limit), after=after or None)
         return {
             "items": [
                 {
@@ -110,7 +110,7 @@ class Catalog:
             MessageNotFound: ``before`` is not a message of this buffer.
         """
         buffer = self.store.buffer(*address)
-        messages = buffer.messages(check_limit(limit), before=before)
+        messages = buffer.messages(valid_limit(limit), before=before)
         widened = 0
         while messages and messages[0].role == "tool" and widened < _MAX_WIDEN:
             earlier = buffer.messages(_WIDEN_STEP, before=messages[0].id)
@@ -155,7 +155,7 @@ class Catalog:
         if not query.strip():
             return {"enabled": True, "hint": "", "hits": []}
         try:
-            hits = search(query, scope=scope, scope_id=scope_id, key=key, limit=check_limit(limit))
+            hits = search(query, scope=scope, scope_id=scope_id, key=key, limit=valid_limit(limit))
         except InvalidArgument:
             raise
         except FlowdropError as error:  # e.g. the index was never built

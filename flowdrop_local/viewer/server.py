@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..backends import is_postgresql_target
-from ..buffer import check_limit
+from ..buffer import valid_limit
 from ..errors import FlowdropError, InvalidArgument, MessageNotFound, NotADatabase, shown
 from ..store import Store
 from .catalog import Catalog
@@ -536,7 +536,7 @@ def _limit(query: dict[str, list[str]], default: int) -> int:
     text = _one(query, "limit", str(default))
     if not (text.isascii() and text.isdigit()) or len(text) > 6:
         raise InvalidArgument(f"limit must be a whole number, got {text!r}")
-    return min(check_limit(int(text)), _MAX_PAGE)
+    return min(valid_limit(int(text)), _MAX_PAGE)
 
 
 def _conversations(catalog: Catalog, query: dict[str, list[str]]) -> Any:
