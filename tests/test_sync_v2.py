@@ -1355,3 +1355,47 @@ def test_a_damaged_stamp_does_not_become_the_stores_clock(tmp_path: Path) -> Non
         datetime.datetime.fromisoformat(info.updated_at.replace("Z", "+00:00"))
     sync(a, b)
     assert sync(a, b, full=True).moved == 0
+
+
+def _clock_ahead(store: Store, edits: int = 1500) -> None:
+    """Move the store's clock ahead of the wall clock, by a second or so: every edit
+    stamps its buffer strictly after the store's newest stamp (1 ms later), faster
+    than the wall clock moves. The buffer is in a user scope, which the syncs below
+    (default scopes) leave out, so only this store's clock runs ahead."""
+    y = store.buffer("user", "ana", "busy")
+    y.append({"role": "user", "content": "0"})
+    for _ in range(edits):
+        y.append({"role": "user", "content": "x"})
+        y.pop()
+
+
+@pytest.mark.parametrize("writer", ["the deleting store", "the other store"])
+def test_a_conversation_written_after_its_deletion_arrived_survives(
+    tmp_path: Path, target: str, writer: str
+) -> None:
+    """Campaign four: a conversation made again after the writer held its deletion was
+    stamped with the writer's clock, never above the deletion's stamp, so when the
+    deleting store's clock ran ahead (or both stamps fell in one millisecond) the older
+    deletion won the next sync and deleted what was written after it, on both sides.
+    Now a conversation made again is stamped after the deletion it replaces (SQLite's
+    trigger; PostgreSQL's, schema step 5)."""
+    a = Store(tmp_path / "a.db")
+    b = Store(target)
+    x = ("chat", "ana", "trip")
+    a.buffer(*x).append({"role": "user", "content": "Plan a trip."})
+    sync(a, b)
+    _clock_ahead(a)
+    a.buffer(*x).delete()
+    sync(a, b)
+    assert a.buffer(*x).count() == b.buffer(*x).count() == 0
+    later = a if writer == "the deleting store" else b
+    later.buffer(*x).append(
+        [{"role": "user", "content": "Lisbon, then."}, {"role": "assistant", "content": "Done."}]
+    )
+    sync(a, b)
+    for store in (a, b):
+        assert [m["content"] for m in store.buffer(*x).read()] == ["Lisbon, then.", "Done."]
+        assert store.check() == []
+    assert sync(a, b, full=True).moved == 0
+    a.close()
+    b.close()

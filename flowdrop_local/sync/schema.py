@@ -151,6 +151,9 @@ def schema_steps(postgresql: bool) -> tuple[tuple[str, ...], ...]:
             PG_KIND_COLUMN if postgresql else SQLITE_KIND_COLUMN,
             *(pg_delete_triggers(kinds=True) if postgresql else ()),
         ),
+        # 5: a conversation made again after its deletion is stamped after it (on
+        # SQLite the TEMP trigger says so from now on: SQLITE_RECREATED).
+        (_pg_conversation_changed(PG_RECREATED),) if postgresql else (),
     )
 
 
@@ -214,6 +217,19 @@ SQLITE_STORE_CLOCK = (
     f"coalesce(({NEWEST_STAMP.format(t='main.buffers')}), ''))"
 )
 PG_STORE_CLOCK = f"greatest(flowdrop_now(), ({NEWEST_STAMP.format(t='buffers')}))"
+# A conversation made again after its deletion is stamped after that deletion, even
+# when the store's clock is behind the deletion's stamp (another device's clock ran
+# ahead, or this one deleted and wrote it again in one millisecond): otherwise the
+# older deletion, winning a tie or an earlier stamp, deletes what was written after
+# it on every replica still holding it (issue 20, campaign four).
+SQLITE_RECREATED = (
+    f"max({SQLITE_STORE_CLOCK}, "
+    "coalesce(strftime('%Y-%m-%dT%H:%M:%fZ', stamp, '+0.001 seconds'), stamp))"
+)
+PG_RECREATED = (
+    f"greatest({PG_STORE_CLOCK}, pg_catalog.to_char((stamp::pg_catalog.timestamptz "
+    "+ interval '1 millisecond') AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))"
+)
 _CONVERSATION_PUT = (
     "INSERT INTO flowdrop_sync_conversations (scope, scope_id, key, stamp, deleted) "
     "VALUES ({a}.scope, {a}.scope_id, {a}.key, {now}, {deleted}) "
@@ -285,7 +301,7 @@ def sqlite_delete_triggers(kinds: bool) -> tuple[str, ...]:
         "CREATE TEMP TRIGGER flowdrop_sync_conversation_made "
         "AFTER INSERT ON main.buffers "
         "WHEN NOT EXISTS (SELECT 1 FROM flowdrop_sync_quiet) BEGIN "
-        f"UPDATE flowdrop_sync_conversations SET deleted = 0, stamp = {SQLITE_STORE_CLOCK} "
+        f"UPDATE flowdrop_sync_conversations SET deleted = 0, stamp = {SQLITE_RECREATED} "
         "WHERE scope = NEW.scope AND scope_id = NEW.scope_id AND key = NEW.key "
         "AND deleted = 1; END",
     )
@@ -332,17 +348,7 @@ def pg_delete_triggers(kinds: bool) -> tuple[str, ...]:
         f"FROM messages AS m WHERE m.buffer_id = OLD.id {conflict}; "
         f"{_CONVERSATION_PUT.format(a='OLD', now=PG_STORE_CLOCK, deleted=1)}; "
         "RETURN OLD; END $$",
-        "CREATE OR REPLACE FUNCTION flowdrop_sync_conversation_changed() RETURNS trigger "
-        "LANGUAGE plpgsql SET search_path FROM CURRENT AS $$ BEGIN "
-        "IF coalesce(pg_catalog.current_setting('flowdrop.sync_quiet', true), '') = 'on' "
-        "THEN RETURN NULL; END IF; "
-        "IF NOT EXISTS (SELECT 1 FROM flowdrop_sync_replica) THEN RETURN NULL; END IF; "
-        "IF TG_OP = 'INSERT' THEN "
-        f"UPDATE flowdrop_sync_conversations SET deleted = 0, stamp = {PG_STORE_CLOCK} "
-        "WHERE scope = NEW.scope AND scope_id = NEW.scope_id AND key = NEW.key AND deleted = 1; "
-        "ELSIF OLD.title IS DISTINCT FROM NEW.title OR OLD.metadata IS DISTINCT FROM NEW.metadata "
-        f"THEN {_CONVERSATION_PUT.format(a='NEW', now=PG_STORE_CLOCK, deleted=0)}; "
-        "END IF; RETURN NULL; END $$",
+        _pg_conversation_changed(PG_STORE_CLOCK),
         "CREATE OR REPLACE TRIGGER flowdrop_sync_conversation_changed "
         "AFTER INSERT OR UPDATE OF title, metadata ON buffers "
         "FOR EACH ROW EXECUTE FUNCTION flowdrop_sync_conversation_changed()",
@@ -350,6 +356,24 @@ def pg_delete_triggers(kinds: bool) -> tuple[str, ...]:
         "FOR EACH ROW EXECUTE FUNCTION flowdrop_sync_message_deleted()",
         "CREATE OR REPLACE TRIGGER flowdrop_sync_buffer_deleted BEFORE DELETE ON buffers "
         "FOR EACH ROW EXECUTE FUNCTION flowdrop_sync_buffer_deleted()",
+    )
+
+
+def _pg_conversation_changed(recreated: str) -> str:
+    """PostgreSQL's function recording a rename and a re-creation; ``recreated`` is
+    the stamp a conversation made again after its deletion gets."""
+    return (
+        "CREATE OR REPLACE FUNCTION flowdrop_sync_conversation_changed() RETURNS trigger "
+        "LANGUAGE plpgsql SET search_path FROM CURRENT AS $$ BEGIN "
+        "IF coalesce(pg_catalog.current_setting('flowdrop.sync_quiet', true), '') = 'on' "
+        "THEN RETURN NULL; END IF; "
+        "IF NOT EXISTS (SELECT 1 FROM flowdrop_sync_replica) THEN RETURN NULL; END IF; "
+        "IF TG_OP = 'INSERT' THEN "
+        f"UPDATE flowdrop_sync_conversations SET deleted = 0, stamp = {recreated} "
+        "WHERE scope = NEW.scope AND scope_id = NEW.scope_id AND key = NEW.key AND deleted = 1; "
+        "ELSIF OLD.title IS DISTINCT FROM NEW.title OR OLD.metadata IS DISTINCT FROM NEW.metadata "
+        f"THEN {_CONVERSATION_PUT.format(a='NEW', now=PG_STORE_CLOCK, deleted=0)}; "
+        "END IF; RETURN NULL; END $$"
     )
 
 
