@@ -55,10 +55,10 @@ from .errors import (
     UnsafeFile,
     UnsupportedOperation,
 )
+from .export_import import ImportReport
 from .memory import MemoryRead, MemoryWrite
 from .model import AppendResult, BufferInfo, BufferRef, Message, Page, SearchHit, ToolCall
-from .portability import ImportReport
-from .refused import RefusedBuffer
+from .refused_buffer import RefusedBuffer
 from .sessions import Session, Sessions, Turn
 from .store import Store
 from .syncing import SyncReport, sync

@@ -38,11 +38,11 @@ from .buffer import Buffer, valid_address_part
 from .check import Violation
 from .engine import new_message_id, validate_batch
 from .errors import StoreClosed, UnsupportedOperation
+from .export_import import export_reads, export_record
 from .memory import MemoryRead, MemoryWrite, delete_op, get_op, set_op
 from .model import AppendResult, BufferInfo, BufferRef, Message
 from .plans import All, Plan
-from .portability import export_reads, export_record
-from .refused import buffer_of
+from .refused_buffer import buffer_of
 from .store import Store, valid_lock_timeout, valid_seconds
 
 __all__ = ["AsyncBuffer", "AsyncStore", "new_message_id"]
@@ -309,7 +309,7 @@ class AsyncStore:
     async def _export_postgresql(
         self, reads: list[tuple[str, Any]], full: bool
     ) -> AsyncIterator[dict[str, Any]]:
-        from .portability import FORMAT_VERSION
+        from .export_import import FORMAT_VERSION
 
         if full:
             yield {"flowdrop_export": FORMAT_VERSION}

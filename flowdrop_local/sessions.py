@@ -66,7 +66,7 @@ from .errors import (
 )
 from .model import AppendResult, Message
 from .plans import run_plan
-from .refused import buffer_of
+from .refused_buffer import buffer_of
 from .rules.incoming import MAX_STORED_BYTES, stored_content, too_big
 
 if TYPE_CHECKING:

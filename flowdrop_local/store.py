@@ -31,16 +31,16 @@ from .backends.base import Backend
 from .buffer import Buffer, valid_address_part, valid_limit
 from .check import Violation
 from .errors import InvalidArgument, UnsupportedOperation, shown, stored_json
-from .model import BufferInfo, BufferRef, Page, SearchHit
-from .plans import run_plan
-from .portability import (
+from .export_import import (
     ImportReport,
     export_records,
     import_records,
     number_records,
     parse_lines,
 )
-from .refused import buffer_of
+from .model import BufferInfo, BufferRef, Page, SearchHit
+from .plans import run_plan
+from .refused_buffer import buffer_of
 from .sessions import Sessions
 
 __all__ = ["Durability", "Store"]
@@ -229,7 +229,7 @@ class Store:
     def export(
         self, address: tuple[str, str, str] | None = None, *, full: bool = False
     ) -> Iterator[dict[str, Any]]:
-        """Export records (see :mod:`.portability`) of every buffer, or of one.
+        """Export records (see :mod:`.export_import`) of every buffer, or of one.
 
         ``full``: export format 2, a header line, then every session, granted
         viewer and memory value, then the messages (what ``copy`` moves).

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from flowdrop_local import Store, portability
-from flowdrop_local.portability import MAX_POSITION_LENGTH, keeps_position
+from flowdrop_local import Store, export_import
+from flowdrop_local.export_import import MAX_POSITION_LENGTH, keeps_position
 
 ADDRESS = {"scope": "s", "scope_id": "1", "key": "k"}
 LARGEST = "z" * 27  # the largest integer key: after it every append lengthens its key
@@ -99,7 +99,7 @@ def test_a_long_run_of_bad_keys_is_rekeyed_at_the_end_and_order_still_holds(
 ) -> None:
     """More bad keys in a row than a chunk holds are placed at the end; a later key below them
     is re-keyed too, so the file's order is the stored order."""
-    monkeypatch.setattr(portability, "_CHUNK", 3)
+    monkeypatch.setattr(export_import, "_CHUNK", 3)
     given = ["a0", *(f"a0{'V' * 20}{d}" for d in "123456"), "a0W", "b00"]
     with Store(tmp_path / "x.db") as store:
         store.import_records(_lines(given))
@@ -115,7 +115,7 @@ def test_a_copy_keeps_every_position_across_chunks(
 ) -> None:
     """export -> import keeps each position byte for byte, also keys made by healing
     between rows and across many chunks."""
-    monkeypatch.setattr(portability, "_CHUNK", 7)
+    monkeypatch.setattr(export_import, "_CHUNK", 7)
     with Store(tmp_path / "a.db") as source:
         buffer = source.buffer("s", "1", "k")
         for i in range(60):

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from flowdrop_local import FlowdropError, InvalidImport, Store, portability
+from flowdrop_local import FlowdropError, InvalidImport, Store, export_import
 from flowdrop_local.cli import cli
 from flowdrop_local.errors import InvalidAddress, NotADatabase
 
@@ -259,7 +259,7 @@ def test_an_overlong_line_is_refused_without_reading_it_whole(
 ) -> None:
     """A line above MAX_LINE_CHARS is InvalidImport naming it; a file is read only up to
     the limit, never the whole line."""
-    monkeypatch.setattr(portability, "MAX_LINE_CHARS", 1_000)
+    monkeypatch.setattr(export_import, "MAX_LINE_CHARS", 1_000)
     ok = json.dumps({**GOOD, "content": "x" * 900})  # under the limit
     long = json.dumps({**GOOD, "content": "x" * 5_000_000})
     path = tmp_path / "in.jsonl"
@@ -286,7 +286,7 @@ def test_an_overlong_line_is_refused_without_reading_it_whole(
 
 def test_the_line_limit_is_the_documented_one() -> None:
     """32 MiB characters, Anthropic's request limit: an image-laden turn fits."""
-    assert portability.MAX_LINE_CHARS == 32 * 1024 * 1024
+    assert export_import.MAX_LINE_CHARS == 32 * 1024 * 1024
 
 
 @pytest.mark.parametrize("bad_at", [1, 9, 25])
@@ -295,7 +295,7 @@ def test_a_bad_line_after_written_chunks_rolls_everything_back(
 ) -> None:
     """Chunks are appended as the file is read; a bad line anywhere (here after several
     chunks of two buffers went in) rolls back the one transaction: nothing is written."""
-    monkeypatch.setattr(portability, "_CHUNK", 3)
+    monkeypatch.setattr(export_import, "_CHUNK", 3)
     lines = [json.dumps({**GOOD, "key": f"k{i // 10}", "content": f"m{i}"}) for i in range(30)]
     lines[bad_at - 1] = json.dumps({**GOOD, "role": "robot"})
     path = tmp_path / "x.db"
@@ -334,7 +334,7 @@ def test_chunk_boundaries_change_nothing(
         for message in OTHER_TOOL:
             buffer.append(message)
         expected = buffer.read()
-    monkeypatch.setattr(portability, "_CHUNK", chunk)
+    monkeypatch.setattr(export_import, "_CHUNK", chunk)
     records: list[dict[str, Any]] = [
         {"scope": "s", "scope_id": "1", "key": "k", **m} for m in OTHER_TOOL
     ]
@@ -398,7 +398,7 @@ def test_ids_are_unique_across_chunks_and_buffers(
 ) -> None:
     """An id seen in an earlier chunk is 'appears twice' naming the later line; an id a
     message of another buffer already holds is named with that buffer."""
-    monkeypatch.setattr(portability, "_CHUNK", 2)
+    monkeypatch.setattr(export_import, "_CHUNK", 2)
     ids = [f"00000000-0000-7000-8000-{i:012d}" for i in range(6)]
     records = [{**GOOD, "id": i, "content": f"m{n}"} for n, i in enumerate(ids)]
     with Store(tmp_path / "x.db") as store:

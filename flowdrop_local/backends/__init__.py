@@ -1,7 +1,7 @@
 """Storage backends: the connection and transaction layer under the handles.
 
 A backend owns its connections and opens transactions; inside one, the handles
-(``Buffer``, sessions, memory, portability) and the append engine speak to a
+(``Buffer``, sessions, memory, export and import) and the append engine speak to a
 :class:`~flowdrop_local.plans.Transaction` in named statements that each backend
 defines in its own dialect. The backends own the connections: ``Store.db`` only
 wraps the SQLite backend's own one in a sqlite-utils view, and the viewer hands

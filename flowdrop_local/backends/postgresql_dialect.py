@@ -305,7 +305,7 @@ SQL: dict[str, str] = {
     ),
     "update_message": "UPDATE messages SET content = %s, content_parts = %s WHERE id = %s",
     "is_placeholder": "SELECT healed FROM messages WHERE id = %s",
-    # ------------------------------------------------------------- portability
+    # ----------------------------------------------------------- export, import
     "export_all": (
         "SELECT b.scope, b.scope_id, b.key, m.id, m.position, m.role, m.content, "
         "m.content_parts, m.metadata, m.created_at "

@@ -305,7 +305,7 @@ SQL: dict[str, str] = {
     ),
     "update_message": "UPDATE messages SET content = ?, content_parts = ? WHERE id = id_blob(?)",
     "is_placeholder": "SELECT healed FROM messages WHERE id = id_blob(?)",
-    # ------------------------------------------------------------- portability
+    # ----------------------------------------------------------- export, import
     "export_all": (
         "SELECT b.scope, b.scope_id, b.key, id_text(m.id), m.position, m.role, m.content, "
         "m.content_parts, m.metadata, m.created_at "

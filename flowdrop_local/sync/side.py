@@ -14,8 +14,8 @@ from ..access import SCOPES, resolve_address
 from ..backends.base import Tx
 from ..buffer import valid_address_part
 from ..errors import InvalidAddress, InvalidMessage, SyncRefused
+from ..export_import import MAX_LINE_CHARS
 from ..memory import _key as memory_key
-from ..portability import MAX_LINE_CHARS
 from ..positions import is_valid_key
 from ..rules.incoming import incoming
 from ..rules.merge import Entry

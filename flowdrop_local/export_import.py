@@ -71,7 +71,7 @@ from .errors import (
 )
 from .plans import run_plan
 from .positions import is_valid_key, key_between, keys_between
-from .refused import buffer_of
+from .refused_buffer import buffer_of
 from .rules.incoming import Incoming, incoming, valid_message_id
 
 if TYPE_CHECKING:
