@@ -565,6 +565,7 @@ class _Write:
                 except BaseException as failure:
                     backend._abort(conn)
                     raise backend._translated(failure) from None
+                backend.committed(conn)
                 if self._keep_tails:
                     backend._changes = conn.total_changes
                     for address, state in self._tx._remembered:
@@ -596,6 +597,80 @@ def register_functions(conn: sqlite3.Connection) -> None:
     conn.create_function("content_md5", 3, content_md5, deterministic=True)  # sync's digests
     # A fork's new message ids, made inside its INSERT ... SELECT (not deterministic).
     conn.create_function("flowdrop_new_id", 0, new_message_id_bytes)
+
+
+# The WAL is checkpointed off the appends' commits. SQLite's automatic checkpoint runs
+# inside the commit that takes the log past 1,000 pages: 4-6 ms, every one of the
+# slowest appends (python -m benchmarks.append_tail). A store's own thread runs it
+# instead, on a connection of its own, after this many commits or changed rows.
+CHECKPOINT_AFTER_COMMITS = 250
+CHECKPOINT_AFTER_CHANGES = 1000
+# A log starts again from its beginning only once a checkpoint copied all of it,
+# which a thread racing a writer that never pauses may not do: past this many pages
+# the writer copies what is left itself, after its commit, as SQLite would (most of
+# it is copied already), so the log stays bounded under any load.
+CHECKPOINT_BY_THE_WRITER_PAGES = 4000
+
+
+class _Checkpointer:
+    """PASSIVE checkpoints of one file, on a thread and a connection of their own, when
+    asked. PASSIVE never waits for a lock and never blocks a writer: what it cannot
+    copy now it copies at the next request, and the writer's next transaction starts
+    the log again once it is copied whole."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self.log_pages = 0  # the log's length at the thread's last checkpoint
+
+    def request(self) -> bool:
+        """Wake the thread (starting it the first time); False when it is not there
+        to do it (stopped, or its connection failed): the caller checkpoints then."""
+        with self._lock:
+            if self._stopped:
+                return False
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="flowdrop-checkpoint", daemon=True
+                )
+                self._thread.start()
+            elif not self._thread.is_alive():
+                return False
+        self._wake.set()
+        return True
+
+    def _run(self) -> None:
+        try:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as error:  # the store's own connection still checkpoints at close
+            log.debug("no checkpoint connection to %s: %s", self._path, error)
+            return
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopped:
+                    return
+                try:
+                    row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    self.log_pages = int(row[1])
+                except sqlite3.Error as error:
+                    log.debug("checkpoint of %s: %s", self._path, error)
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        """Stop the thread and close its connection (before the store closes its own,
+        so that the last connection to close checkpoints the log, as SQLite does)."""
+        with self._lock:
+            self._stopped = True
+            thread = self._thread
+        self._wake.set()
+        if thread is not None:
+            thread.join(timeout=30)
 
 
 class SqliteBackend(Backend):
@@ -644,6 +719,9 @@ class SqliteBackend(Backend):
         self._armed_at: int | None = None
         self._forked = False
         self._closed = True
+        self._checkpointer: _Checkpointer | None = None  # a writable WAL file's
+        self._commits_since_checkpoint = 0
+        self._changes_at_checkpoint = 0
         # Whether this backend created the file (a caller whose work then fails may
         # remove it: _files.remove_database).
         self.created = False
@@ -722,10 +800,13 @@ class SqliteBackend(Backend):
         # WAL is kept in the file: a file found in WAL mode needs no statement for it.
         if self.path != ":memory:" and not self.read_only and journal_mode != "wal":
             try:
-                conn.execute("PRAGMA journal_mode = WAL")
+                journal_mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             except sqlite3.OperationalError as error:
                 # A read-only file keeps its journal mode; reads still work.
                 log.debug("journal_mode=WAL not set on %s: %s", self.path, error)
+        if self.path != ":memory:" and not self.read_only and journal_mode == "wal":
+            conn.execute("PRAGMA wal_autocheckpoint = 0")  # _Checkpointer does it
+            self._checkpointer = _Checkpointer(self.path)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -734,7 +815,35 @@ class SqliteBackend(Backend):
             if not self._closed:
                 self._closed = True
                 if not self._forked:
+                    if self._checkpointer is not None:
+                        self._checkpointer.stop()
                     self._conn.close()
+
+    def committed(self, conn: sqlite3.Connection) -> None:
+        """After a write's COMMIT: ask for a checkpoint once enough was written; copy
+        the rest of a log the thread could not finish (CHECKPOINT_BY_THE_WRITER_PAGES)."""
+        checkpointer = self._checkpointer
+        if checkpointer is None:
+            return
+        if checkpointer.log_pages >= CHECKPOINT_BY_THE_WRITER_PAGES:
+            checkpointer.log_pages = 0
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            except sqlite3.Error as error:  # the next commit asks again
+                log.debug("checkpoint of %s: %s", self.path, error)
+        self._commits_since_checkpoint += 1
+        changes = conn.total_changes
+        if (
+            self._commits_since_checkpoint >= CHECKPOINT_AFTER_COMMITS
+            or changes - self._changes_at_checkpoint >= CHECKPOINT_AFTER_CHANGES
+        ):
+            self._commits_since_checkpoint = 0
+            self._changes_at_checkpoint = changes
+            if not checkpointer.request():
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                except sqlite3.Error as error:
+                    log.debug("checkpoint of %s: %s", self.path, error)
 
     @property
     def closed(self) -> bool:

@@ -1,0 +1,86 @@
+"""The WAL is checkpointed off the appends' commits, by a store's own thread: SQLite's
+automatic checkpoint ran inside the commit that took the log past 1,000 pages, and
+was every one of the slowest appends (benchmarks.append_tail)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from flowdrop_local import Store
+from flowdrop_local.backends import sqlite as sqlite_backend
+
+
+def _checkpoint_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "flowdrop-checkpoint"]
+
+
+def test_the_store_checkpoints_the_log_on_a_thread_of_its_own(tmp_path: Path) -> None:
+    """The writer's automatic checkpoint is off, and the log stays bounded even when
+    the writer never pauses: 6,000 appends of 4 KB back to back (about 140 MB of log
+    with no checkpoint) leave a WAL of a few thousand pages, and no row is lost."""
+    path = tmp_path / "chat.db"
+    with Store(path) as store:
+        conn = store.db.conn
+        assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        buf = store.buffer("global", "", "k")
+        text = "x" * 4096
+        for i in range(6000):
+            buf.append({"role": "user", "content": f"{i} {text}"})
+        assert len(_checkpoint_threads()) >= 1
+        wal = os.path.getsize(f"{path}-wal")
+        assert wal < 40 * 1024 * 1024, f"the log grew to {wal:,} bytes"
+        assert buf.count() == 6000
+    assert _checkpoint_threads() == []  # close stops the thread
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT count(*) FROM messages").fetchone()[0] == 6000
+
+
+def test_without_the_thread_the_log_would_grow(tmp_path: Path) -> None:
+    """The bound above is the thread's doing: with it stopped, the same appends grow
+    the log past it (so the test above can fail)."""
+    path = tmp_path / "chat.db"
+    with Store(path) as store:
+        backend = store._backend
+        assert isinstance(backend, sqlite_backend.SqliteBackend)
+        assert backend._checkpointer is not None
+        backend._checkpointer.stop()
+        backend._checkpointer = None  # no thread, and no fallback: nothing checkpoints
+        buf = store.buffer("global", "", "k")
+        text = "x" * 4096
+        for i in range(6000):
+            buf.append({"role": "user", "content": f"{i} {text}"})
+        assert os.path.getsize(f"{path}-wal") > 100 * 1024 * 1024
+
+
+def test_a_store_whose_thread_is_gone_checkpoints_in_its_commits(tmp_path: Path) -> None:
+    """A thread that stopped (or never got a connection) leaves the writer to do it,
+    as SQLite would: the log stays bounded."""
+    path = tmp_path / "chat.db"
+    with Store(path) as store:
+        backend = store._backend
+        assert isinstance(backend, sqlite_backend.SqliteBackend)
+        assert backend._checkpointer is not None
+        backend._checkpointer.stop()
+        buf = store.buffer("global", "", "k")
+        text = "x" * 4096
+        for i in range(6000):
+            buf.append({"role": "user", "content": f"{i} {text}"})
+        assert os.path.getsize(f"{path}-wal") < 40 * 1024 * 1024
+
+
+def test_a_store_that_is_not_a_writable_file_has_no_thread(tmp_path: Path) -> None:
+    """``:memory:`` and read-only stores write no log: no thread, no extra connection."""
+    before = len(_checkpoint_threads())
+    with Store(":memory:") as store:
+        for _ in range(300):
+            store.buffer("global", "", "k").append({"role": "user", "content": "hi"})
+    path = tmp_path / "chat.db"
+    Store(path).close()
+    with Store(path, read_only=True) as store:
+        assert store.buffer("global", "", "k").read() == []
+    time.sleep(0.05)
+    assert len(_checkpoint_threads()) == before
