@@ -10,12 +10,21 @@ import threading
 import time
 from pathlib import Path
 
-from flowdrop_local import Store
+from flowdrop_local import Buffer, Store
 from flowdrop_local.backends import sqlite as sqlite_backend
 
 
 def _checkpoint_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "flowdrop-checkpoint"]
+
+
+def _append_24_mb(store: Store) -> Buffer:
+    """6,000 appends of 4 KB, back to back: a writer that never pauses."""
+    buf = store.buffer("global", "", "k")
+    text = "x" * 4096
+    for i in range(6000):
+        buf.append({"role": "user", "content": f"{i} {text}"})
+    return buf
 
 
 def test_the_store_checkpoints_the_log_on_a_thread_of_its_own(tmp_path: Path) -> None:
@@ -26,10 +35,7 @@ def test_the_store_checkpoints_the_log_on_a_thread_of_its_own(tmp_path: Path) ->
     with Store(path) as store:
         conn = store.db.conn
         assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
-        buf = store.buffer("global", "", "k")
-        text = "x" * 4096
-        for i in range(6000):
-            buf.append({"role": "user", "content": f"{i} {text}"})
+        buf = _append_24_mb(store)
         assert len(_checkpoint_threads()) >= 1
         wal = os.path.getsize(f"{path}-wal")
         assert wal < 40 * 1024 * 1024, f"the log grew to {wal:,} bytes"
@@ -49,10 +55,7 @@ def test_without_the_thread_the_log_would_grow(tmp_path: Path) -> None:
         assert backend._checkpointer is not None
         backend._checkpointer.stop()
         backend._checkpointer = None  # no thread, and no fallback: nothing checkpoints
-        buf = store.buffer("global", "", "k")
-        text = "x" * 4096
-        for i in range(6000):
-            buf.append({"role": "user", "content": f"{i} {text}"})
+        _append_24_mb(store)
         assert os.path.getsize(f"{path}-wal") > 100 * 1024 * 1024
 
 
@@ -65,10 +68,7 @@ def test_a_store_whose_thread_is_gone_checkpoints_in_its_commits(tmp_path: Path)
         assert isinstance(backend, sqlite_backend.SqliteBackend)
         assert backend._checkpointer is not None
         backend._checkpointer.stop()
-        buf = store.buffer("global", "", "k")
-        text = "x" * 4096
-        for i in range(6000):
-            buf.append({"role": "user", "content": f"{i} {text}"})
+        _append_24_mb(store)
         assert os.path.getsize(f"{path}-wal") < 40 * 1024 * 1024
 
 
