@@ -84,3 +84,37 @@ def test_a_store_that_is_not_a_writable_file_has_no_thread(tmp_path: Path) -> No
         assert store.buffer("global", "", "k").read() == []
     time.sleep(0.05)
     assert len(_checkpoint_threads()) == before
+
+
+def test_a_fork_while_checkpoints_run_leaves_a_child_that_can_use_sqlite(tmp_path: Path) -> None:
+    """A fork waits for a checkpoint under way (the child would otherwise inherit
+    SQLite's locks as the thread held them), and the child can open and write a
+    store. Each fork comes right after the commit that asked for a checkpoint."""
+    with Store(tmp_path / "parent.db") as store:
+        buf = store.buffer("global", "", "k")
+        text = "x" * 4096
+        for n in range(10):
+            for _ in range(sqlite_backend.CHECKPOINT_AFTER_COMMITS):
+                buf.append({"role": "user", "content": text})
+            pid = os.fork()
+            if pid == 0:  # the child: a store of its own, written and read
+                code = 1
+                try:
+                    with Store(tmp_path / f"child{n}.db") as child:
+                        mine = child.buffer("global", "", "k")
+                        for i in range(300):
+                            mine.append({"role": "user", "content": str(i)})
+                        code = 0 if mine.count() == 300 else 1
+                finally:
+                    os._exit(code)
+            deadline = time.monotonic() + 30
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                if time.monotonic() > deadline:
+                    os.kill(pid, 9)
+                    raise AssertionError("a forked child hung")
+                time.sleep(0.01)
+            assert os.waitstatus_to_exitcode(status) == 0
+        assert buf.count() == 10 * sqlite_backend.CHECKPOINT_AFTER_COMMITS

@@ -453,12 +453,34 @@ def _writable(path: str) -> bool:
     return os.access(path, os.W_OK) and os.access(folder, os.W_OK)
 
 
+def _checkpointers() -> list[_Checkpointer]:
+    return [b._checkpointer for b in list(_LIVE) if b._checkpointer is not None]
+
+
+def _pause_checkpoints_before_fork() -> None:
+    """No checkpoint is under way while the process forks: the child would inherit
+    SQLite's locks as the checkpoint thread held them, and never get them."""
+    for checkpointer in _checkpointers():
+        checkpointer.running.acquire()
+
+
+def _resume_checkpoints_after_fork() -> None:
+    for checkpointer in _checkpointers():
+        checkpointer.running.release()
+
+
 def _forget_connections_after_fork() -> None:
+    for checkpointer in _checkpointers():
+        checkpointer.forget_after_fork()
     for backend in list(_LIVE):
         backend._forked = True
 
 
-os.register_at_fork(after_in_child=_forget_connections_after_fork)
+os.register_at_fork(
+    before=_pause_checkpoints_before_fork,
+    after_in_parent=_resume_checkpoints_after_fork,
+    after_in_child=_forget_connections_after_fork,
+)
 
 
 class _SqliteTx(Tx):
@@ -625,6 +647,7 @@ class _Checkpointer:
         self._stopped = False
         self._thread: threading.Thread | None = None
         self.log_pages = 0  # the log's length at the thread's last checkpoint
+        self.running = threading.Lock()  # held for each checkpoint (and across a fork)
 
     def request(self) -> bool:
         """Wake the thread (starting it the first time); False when it is not there
@@ -654,13 +677,22 @@ class _Checkpointer:
                 self._wake.clear()
                 if self._stopped:
                     return
-                try:
-                    row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    self.log_pages = int(row[1])
-                except sqlite3.Error as error:
-                    log.debug("checkpoint of %s: %s", self._path, error)
+                with self.running:
+                    if self._stopped:
+                        return
+                    try:
+                        row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                        self.log_pages = int(row[1])
+                    except sqlite3.Error as error:
+                        log.debug("checkpoint of %s: %s", self._path, error)
         finally:
             conn.close()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the thread is the parent's, and no write runs here."""
+        self.running.release()
+        self._stopped = True
+        self._thread = None
 
     def stop(self) -> None:
         """Stop the thread and close its connection (before the store closes its own,
