@@ -23,7 +23,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flowdrop_local as fl
-from flowdrop_local import ExecutionContext, FlowdropError, Message, Principal, Store
+from flowdrop_local import (
+    ExecutionContext,
+    FlowdropError,
+    Message,
+    Principal,
+    Store,
+    access,
+    positions,
+    providers,
+    rules,
+)
 from flowdrop_local.viewer.catalog import Catalog
 
 from .conftest import snapshot
@@ -247,8 +257,8 @@ TARGETS: dict[str, tuple[int, Target, bool]] = {
     "Principal": (2, lambda s, a: Principal(a[0], admin=a[1]).identity, False),
     "ExecutionContext": (2, lambda s, a: ExecutionContext(user_id=a[0], node_id=a[1]), False),
     "ExecutionContext.from_dict": (1, lambda s, a: ExecutionContext.from_dict(a[0]), False),
-    "resolve_scope": (2, lambda s, a: fl.resolve_scope(a[0], a[1]), False),
-    "usable_identity": (1, lambda s, a: fl.usable_identity(a[0]), False),
+    "resolve_scope": (2, lambda s, a: access.resolve_scope(a[0], a[1]), False),
+    "usable_identity": (1, lambda s, a: access.usable_identity(a[0]), False),
 }
 
 # Pure functions outside this change's files that still let a built-in error out for
@@ -258,22 +268,28 @@ TARGETS: dict[str, tuple[int, Target, bool]] = {
 # fixed; the coverage test below counts them as known.
 NOT_YET_TYPED: dict[str, tuple[int, Target, bool]] = {
     # Providers: exporters, importers, validators
-    "to_openai_chat": (2, lambda s, a: fl.to_openai_chat(a[0], limit=a[1]), False),
-    "to_openai_responses": (2, lambda s, a: fl.to_openai_responses(a[0], limit=a[1]), False),
-    "to_anthropic": (2, lambda s, a: fl.to_anthropic(a[0], limit=a[1]), False),
-    "from_openai_chat": (1, lambda s, a: fl.from_openai_chat(a[0]), False),
-    "from_anthropic": (1, lambda s, a: fl.from_anthropic(a[0]), False),
-    "validate_openai_chat": (1, lambda s, a: fl.validate_openai_chat(a[0]), False),
-    "validate_openai_responses": (1, lambda s, a: fl.validate_openai_responses(a[0]), False),
-    "validate_anthropic": (1, lambda s, a: fl.validate_anthropic(a[0]), False),
+    "to_openai_chat": (2, lambda s, a: providers.to_openai_chat(a[0], limit=a[1]), False),
+    "to_openai_responses": (2, lambda s, a: providers.to_openai_responses(a[0], limit=a[1]), False),
+    "to_anthropic": (2, lambda s, a: providers.to_anthropic(a[0], limit=a[1]), False),
+    "from_openai_chat": (1, lambda s, a: providers.from_openai_chat(a[0]), False),
+    "from_anthropic": (1, lambda s, a: providers.from_anthropic(a[0]), False),
+    "validate_openai_chat": (1, lambda s, a: providers.validate_openai_chat(a[0]), False),
+    "validate_openai_responses": (1, lambda s, a: providers.validate_openai_responses(a[0]), False),
+    "validate_anthropic": (1, lambda s, a: providers.validate_anthropic(a[0]), False),
     # Positions and the pure rules
-    "key_between": (2, lambda s, a: fl.key_between(a[0], a[1]), False),
-    "keys_between": (3, lambda s, a: fl.keys_between(a[0], a[1], a[2]), False),
-    "normalize": (1, lambda s, a: fl.normalize(a[0]), False),
-    "validate_pairing": (1, lambda s, a: fl.validate_pairing(a[0]), False),
-    "assemble": (2, lambda s, a: fl.assemble(a[0], a[1]), False),
-    "text_to_message": (1, lambda s, a: fl.text_to_message(a[0]), False),
-    "call_id_of": (1, lambda s, a: fl.call_id_of(a[0]), False),
+    "key_between": (2, lambda s, a: positions.key_between(a[0], a[1]), False),
+    "keys_between": (3, lambda s, a: positions.keys_between(a[0], a[1], a[2]), False),
+    "normalize": (1, lambda s, a: rules.normalize(a[0]), False),
+    "validate_pairing": (1, lambda s, a: rules.validate_pairing(a[0]), False),
+    "assemble": (2, lambda s, a: rules.assemble(a[0], a[1]), False),
+    "text_to_message": (1, lambda s, a: rules.text_to_message(a[0]), False),
+    "call_id_of": (1, lambda s, a: rules.call_id_of(a[0]), False),
+    "last_turns": (2, lambda s, a: providers.last_turns(a[0], a[1]), False),
+    "read_last_turns": (2, lambda s, a: providers.read_last_turns(lambda n: a[0], a[1]), False),
+    "item_to_message": (1, lambda s, a: providers.item_to_message(a[0]), False),
+    "message_to_items": (1, lambda s, a: providers.message_to_items(a[0]), False),
+    "is_valid_key": (1, lambda s, a: positions.is_valid_key(a[0]), False),
+    "validate_key": (1, lambda s, a: positions.validate_key(a[0]), False),
 }
 
 
@@ -332,7 +348,8 @@ def test_hostile_arguments_raise_only_typed_errors(fuzz_path: Path, name: str, d
 
 
 def test_the_fuzz_reaches_every_public_callable() -> None:
-    """Every name exported by flowdrop_local that can be called is fuzzed (or left to the
+    """Every name exported by flowdrop_local, or by its public modules of rules,
+    providers, scopes and keys, that can be called is fuzzed (or left to the
     import/export helper), so a new public function cannot slip past."""
     fuzzed = {name.split(".")[0].split("(")[0] for name in TARGETS}
     # import/export/backup: fuzzed by the portability tests; sync's bad input (scopes,
@@ -360,9 +377,12 @@ def test_the_fuzz_reaches_every_public_callable() -> None:
     }
     callables = {
         name
-        for name in fl.__all__
-        if callable(getattr(fl, name))
-        and not (isinstance(getattr(fl, name), type) and issubclass(getattr(fl, name), Exception))
+        for module in (fl, rules, providers, access, positions)
+        for name in module.__all__
+        if callable(getattr(module, name))
+        and not (
+            isinstance(getattr(module, name), type) and issubclass(getattr(module, name), Exception)
+        )
     }
     not_yet = set(NOT_YET_TYPED)
     assert callables - fuzzed - not_yet - elsewhere - records == set()
