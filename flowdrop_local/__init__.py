@@ -6,9 +6,9 @@ standing) say how to use it; this module re-exports what an application calls.
 """
 
 import importlib
-import warnings
 from typing import Any
 
+from ._deprecated import renamed
 from .access import (
     AccessDenied,
     AccessRequest,
@@ -157,9 +157,5 @@ def __getattr__(name: str) -> Any:
     module = _MOVED.get(name)
     if module is None:
         raise AttributeError(f"module 'flowdrop_local' has no attribute {name!r}")
-    warnings.warn(
-        f"flowdrop_local.{name} moved to {module}.{name}; this alias goes in the next release",
-        DeprecationWarning,
-        stacklevel=2,
-    )
+    renamed(f"flowdrop_local.{name} moved to {module}.{name}")
     return getattr(importlib.import_module(module), name)

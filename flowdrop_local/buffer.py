@@ -12,11 +12,11 @@ same steps on an async transaction.
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any
 
 from . import engine
+from ._deprecated import renamed
 from ._ids import id_blob
 from .access import resolve_address, valid_scope_name
 from .backends.base import Backend, Tx
@@ -205,11 +205,7 @@ class Buffer:
     def db(self) -> Backend:
         """Deprecated: :attr:`backend` (``Store.db`` is a sqlite-utils view; this was
         the backend). Goes in the next release."""
-        warnings.warn(
-            "Buffer.db is now Buffer.backend; this alias goes in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        renamed("Buffer.db is now Buffer.backend")
         return self.backend
 
     def __repr__(self) -> str:

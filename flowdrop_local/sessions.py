@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import enum
 import json
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from . import engine
+from ._deprecated import renamed
 from .access import (
     AccessDenied,
     AccessHook,
@@ -217,11 +217,7 @@ class Sessions:
     def db(self) -> Backend:
         """Deprecated: :attr:`backend` (``Store.db`` is a sqlite-utils view; this was
         the backend). Goes in the next release."""
-        warnings.warn(
-            "Sessions.db is now Sessions.backend; this alias goes in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        renamed("Sessions.db is now Sessions.backend")
         return self.backend
 
     def __repr__(self) -> str:

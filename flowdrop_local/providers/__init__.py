@@ -5,9 +5,9 @@ siblings read a buffer and call them. Every export is windowed to whole turns,
 normalised (MEM-5) and then mapped, so it passes the format's validator.
 """
 
-import warnings
 from typing import Any
 
+from .._deprecated import renamed
 from ._common import UNNAMED_TOOL, last_turns, read_last_turns
 from .anthropic import OPENING_USER_TEXT, from_anthropic, to_anthropic, validate_anthropic
 from .openai_chat import from_openai_chat, to_openai_chat, validate_openai_chat
@@ -44,9 +44,5 @@ def __getattr__(name: str) -> Any:
     new = _RENAMED.get(name)
     if new is None:
         raise AttributeError(f"module 'flowdrop_local.providers' has no attribute {name!r}")
-    warnings.warn(
-        f"flowdrop_local.providers.{name} is now {new}; this alias goes in the next release",
-        DeprecationWarning,
-        stacklevel=2,
-    )
+    renamed(f"flowdrop_local.providers.{name} is now {new}")
     return globals()[new]

@@ -2,14 +2,9 @@
 functions of messages, below the handles that draw with them). This alias goes in
 the next release."""
 
-import warnings
-
+from .._deprecated import renamed
 from ..transcript import buffer_html, message_text, transcript, transcript_html
 
 __all__ = ["buffer_html", "message_text", "transcript", "transcript_html"]
 
-warnings.warn(
-    "flowdrop_local.viewer.transcript moved to flowdrop_local.transcript",
-    DeprecationWarning,
-    stacklevel=2,
-)
+renamed("flowdrop_local.viewer.transcript moved to flowdrop_local.transcript", stacklevel=2)
