@@ -537,8 +537,15 @@ def _cancel_and_retry(target: str, turns: int, seed: int) -> dict[str, int]:
                 task = asyncio.ensure_future(buf.append(batch))
                 for _ in range(rng.randrange(6)):  # cancel after 0-5 trips round the loop
                     await asyncio.sleep(0)
-                if rng.random() < 0.5:
+                point = rng.random()
+                if point < 0.4:
                     await asyncio.sleep(rng.uniform(0, 0.003))
+                elif point < 0.55:
+                    # Block the loop while the append runs: it can commit, but its answer
+                    # cannot reach the task before the cancel does ("cancelled, stored"
+                    # on a machine of any speed, where the worker thread commits it).
+                    await asyncio.sleep(0)
+                    time.sleep(0.05)
                 task.cancel()
                 try:
                     await task
