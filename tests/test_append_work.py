@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from flowdrop_local import Store
-from flowdrop_local.backends import postgresql as pg
 from flowdrop_local.backends import postgresql_dialect as pg_dialect
+from flowdrop_local.backends import postgresql_io as pg
 
 from ._workload import ADDRESS, KINDS, fill
 
@@ -174,14 +174,14 @@ class _Recorder:
         self.seen: list[tuple[str, Any]] = []
         self.on = False
         for kind in ("one", "all", "run", "write", "many"):
-            original = getattr(pg._PgTx, kind)
+            original = getattr(pg.PgTx, kind)
 
             def spy(tx: Any, statement: str, params: Any = (), _original: Any = original) -> Any:
                 if self.on:
                     self.seen.append((statement, params))
                 return _original(tx, statement, params)
 
-            monkeypatch.setattr(pg._PgTx, kind, spy)
+            monkeypatch.setattr(pg.PgTx, kind, spy)
 
 
 def _pg_work(url: str, recorder: _Recorder, operation: Any) -> dict[str, int]:

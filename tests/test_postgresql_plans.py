@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from flowdrop_local import Store
-from flowdrop_local.backends import postgresql as pg
 from flowdrop_local.backends import postgresql_dialect as pg_dialect
+from flowdrop_local.backends import postgresql_io as pg
 from flowdrop_local.engine import new_message_id
 from flowdrop_local.plans import run_plan
 from flowdrop_local.rules.pairing import placeholder_message
@@ -47,13 +47,13 @@ def recorded(
 ) -> Iterator[list[tuple[str, Any]]]:
     seen: list[tuple[str, Any]] = []
     for kind in ("one", "all", "run", "write", "many"):
-        original = getattr(pg._PgTx, kind)
+        original = getattr(pg.PgTx, kind)
 
         def spy(self: Any, statement: str, params: Any = (), _original: Any = original) -> Any:
             seen.append((statement, params))
             return _original(self, statement, params)
 
-        monkeypatch.setattr(pg._PgTx, kind, spy)
+        monkeypatch.setattr(pg.PgTx, kind, spy)
     with Store(postgresql_url) as store:
         from flowdrop_local.syncing import enable
 

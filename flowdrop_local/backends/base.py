@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Literal, TypeVar
 
 from ..check import Violation
-from ..plans import BufferState, Transaction
+from ..plans import AsyncTransaction, BufferState, Transaction
 
 Durability = Literal["normal", "full"]
 T = TypeVar("T")
@@ -23,6 +23,19 @@ class Tx(Transaction, abc.ABC):
 
     def script(self, sql: str) -> None:
         """Run SQL that is not a named statement (creating the optional search objects)."""
+        raise NotImplementedError
+
+
+class AsyncTx(AsyncTransaction, abc.ABC):
+    """:class:`Tx`, awaited: the async PostgreSQL transaction, the source its blocking
+    twin is generated from (backends/postgresql_io_async.py)."""
+
+    @abc.abstractmethod
+    def remember(self, state: BufferState) -> None:
+        """As :meth:`Tx.remember`."""
+
+    async def script(self, sql: str) -> None:
+        """As :meth:`Tx.script`."""
         raise NotImplementedError
 
 

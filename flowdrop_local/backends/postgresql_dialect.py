@@ -131,7 +131,7 @@ SQL: dict[str, str] = {
         "INSERT INTO buffers (scope, scope_id, key, updated_at) "
         f"VALUES (%s, %s, %s, {STORE_CLOCK}) ON CONFLICT DO NOTHING"
     ),
-    # By id, under the row lock (_PgTx.open): the id too, as _STATE_AT gives it.
+    # By id, under the row lock (PgTx.open_buffer): the id too, as _STATE_AT gives it.
     "buffer_state": f"{_STATE}WHERE b.id = %s",
     "insert_message": (
         "INSERT INTO messages "
@@ -140,14 +140,14 @@ SQL: dict[str, str] = {
     ),
     "pairing_state": (
         "SELECT 1, tool_call_id, id, healed FROM messages "
-        "WHERE buffer_id = %(b)s AND tool_call_id = ANY(%(a)s) "
+        "WHERE buffer_id = %(1)s AND tool_call_id = ANY(%(2)s) "
         "UNION ALL SELECT DISTINCT 0, call_id, NULL::text, NULL::integer FROM tool_calls "
-        "WHERE buffer_id = %(b)s AND call_id = ANY(%(d)s)"
+        "WHERE buffer_id = %(1)s AND call_id = ANY(%(3)s)"
     ),
     "declare_call": (
         "INSERT INTO tool_calls (buffer_id, call_id, declared_by, ordinal, answered_by) "
-        "VALUES (%(b)s, %(c)s, %(d)s, %(o)s, "
-        "(SELECT id FROM messages WHERE buffer_id = %(b)s AND tool_call_id = %(c)s)) "
+        "VALUES (%(1)s, %(2)s, %(3)s, %(4)s, "
+        "(SELECT id FROM messages WHERE buffer_id = %(1)s AND tool_call_id = %(2)s)) "
         "ON CONFLICT DO NOTHING"
     ),
     "mark_answered": (
@@ -190,8 +190,8 @@ SQL: dict[str, str] = {
         "ORDER BY position LIMIT 1"
     ),
     "evict_oldest": (
-        "DELETE FROM messages WHERE buffer_id = %(b)s AND id IN "
-        "(SELECT id FROM messages WHERE buffer_id = %(b)s ORDER BY position LIMIT %(n)s)"
+        "DELETE FROM messages WHERE buffer_id = %(1)s AND id IN "
+        "(SELECT id FROM messages WHERE buffer_id = %(1)s ORDER BY position LIMIT %(2)s)"
     ),
     "first_message": (
         "SELECT id, role FROM messages WHERE buffer_id = %s ORDER BY position LIMIT 1"
@@ -277,13 +277,13 @@ SQL: dict[str, str] = {
     ),
     "session_list_all": (
         f"SELECT {_SESSION_COLUMNS} FROM sessions "
-        "WHERE %(w)s::text IS NULL OR workflow_id = %(w)s ORDER BY created_at, id"
+        "WHERE %(1)s::text IS NULL OR workflow_id = %(1)s ORDER BY created_at, id"
     ),
     "session_list_for": (
         f"SELECT {_SESSION_COLUMNS} FROM sessions "
-        "WHERE (owner_id = %(u)s "
-        "OR id IN (SELECT session_id FROM session_viewers WHERE user_id = %(u)s)) "
-        "AND (%(w)s::text IS NULL OR workflow_id = %(w)s) ORDER BY created_at, id"
+        "WHERE (owner_id = %(1)s "
+        "OR id IN (SELECT session_id FROM session_viewers WHERE user_id = %(1)s)) "
+        "AND (%(2)s::text IS NULL OR workflow_id = %(2)s) ORDER BY created_at, id"
     ),
     "session_set_status": "UPDATE sessions SET status = %s WHERE id = %s",
     "session_reset": "UPDATE sessions SET conversation = conversation + 1 WHERE id = %s",
@@ -371,23 +371,23 @@ SQL: dict[str, str] = {
     "delete_buffer": "DELETE FROM buffers WHERE id = %s",
     "conversations_recent": (
         f"SELECT {_INFO} FROM buffers AS b "
-        "WHERE (b.updated_at, b.id) < (%(u)s, %(i)s) "
-        "AND (%(s)s::text IS NULL OR b.scope = %(s)s) "
-        "AND (%(d)s::text IS NULL OR b.scope_id = %(d)s) "
-        "ORDER BY b.updated_at DESC, b.id DESC LIMIT %(n)s"
+        "WHERE (b.updated_at, b.id) < (%(1)s, %(2)s) "
+        "AND (%(3)s::text IS NULL OR b.scope = %(3)s) "
+        "AND (%(4)s::text IS NULL OR b.scope_id = %(4)s) "
+        "ORDER BY b.updated_at DESC, b.id DESC LIMIT %(5)s"
     ),
     "conversations_of": (
         f"SELECT {_INFO} FROM buffers AS b "
-        "WHERE b.scope = %(s)s AND b.scope_id = %(d)s AND (b.updated_at, b.id) < (%(u)s, %(i)s) "
-        "ORDER BY b.updated_at DESC, b.id DESC LIMIT %(n)s"
+        "WHERE b.scope = %(3)s AND b.scope_id = %(4)s AND (b.updated_at, b.id) < (%(1)s, %(2)s) "
+        "ORDER BY b.updated_at DESC, b.id DESC LIMIT %(5)s"
     ),
     "fork_messages": (
         "INSERT INTO messages "
         "(buffer_id, position, id, role, content, content_parts, metadata, created_at, tally) "
-        f"SELECT %(t)s, position, {_NEW_ID}, role, content, content_parts, metadata, "
-        "created_at, %(k)s + row_number() OVER (ORDER BY position) FROM messages "
-        "WHERE buffer_id = %(s)s AND position > %(p)s AND position <= %(c)s "
-        "ORDER BY position LIMIT %(n)s"
+        f"SELECT %(1)s, position, {_NEW_ID}, role, content, content_parts, metadata, "
+        "created_at, %(4)s + row_number() OVER (ORDER BY position) FROM messages "
+        "WHERE buffer_id = %(2)s AND position > %(3)s AND position <= %(5)s "
+        "ORDER BY position LIMIT %(6)s"
     ),
     "count_through": "SELECT count(*) FROM messages WHERE buffer_id = %s AND position <= %s",
     # Driven by the copied rows (od): the LATERAL subquery (OFFSET 0 keeps the planner
@@ -395,14 +395,14 @@ SQL: dict[str, str] = {
     # join, without statistics, hashed the source's whole ledger.
     "fork_ledger": (
         "INSERT INTO tool_calls (buffer_id, call_id, declared_by, ordinal, answered_by) "
-        "SELECT %(t)s, t.call_id, nd.id, t.ordinal, na.id FROM messages AS od "
+        "SELECT %(1)s, t.call_id, nd.id, t.ordinal, na.id FROM messages AS od "
         "CROSS JOIN LATERAL (SELECT l.buffer_id, l.call_id, l.ordinal, l.answered_by "
         "FROM tool_calls AS l WHERE l.buffer_id = od.buffer_id AND l.declared_by = od.id "
         "OFFSET 0) AS t "
-        "JOIN messages AS nd ON nd.buffer_id = %(t)s AND nd.position = od.position "
+        "JOIN messages AS nd ON nd.buffer_id = %(1)s AND nd.position = od.position "
         "LEFT JOIN messages AS oa ON oa.buffer_id = t.buffer_id AND oa.id = t.answered_by "
-        "LEFT JOIN messages AS na ON na.buffer_id = %(t)s AND na.position = oa.position "
-        "WHERE od.buffer_id = %(s)s AND od.position <= %(c)s"
+        "LEFT JOIN messages AS na ON na.buffer_id = %(1)s AND na.position = oa.position "
+        "WHERE od.buffer_id = %(2)s AND od.position <= %(3)s"
     ),
     # --------------------------------------------------------- search
     "search_enabled": "SELECT count(*) FROM pg_catalog.pg_tables "
@@ -415,12 +415,12 @@ SQL: dict[str, str] = {
         "flowdrop_message_text(m.content, m.content_parts), hit.q, "
         "'StartSel=[, StopSel=], MaxWords=24, MinWords=8'), hit.score "
         "FROM (SELECT s.message_id, q, pg_catalog.ts_rank(s.document, q) AS score "
-        "FROM pg_catalog.plainto_tsquery('pg_catalog.simple', %(q)s) AS q, message_search AS s "
+        "FROM pg_catalog.plainto_tsquery('pg_catalog.simple', %(1)s) AS q, message_search AS s "
         "JOIN buffers AS f ON f.id = s.buffer_id "
-        "WHERE s.document @@ q AND (%(s)s::text IS NULL OR f.scope = %(s)s) "
-        "AND (%(d)s::text IS NULL OR f.scope_id = %(d)s) "
-        "AND (%(k)s::text IS NULL OR f.key = %(k)s) "
-        "ORDER BY score DESC, s.message_id LIMIT %(n)s) AS hit "
+        "WHERE s.document @@ q AND (%(2)s::text IS NULL OR f.scope = %(2)s) "
+        "AND (%(3)s::text IS NULL OR f.scope_id = %(3)s) "
+        "AND (%(4)s::text IS NULL OR f.key = %(4)s) "
+        "ORDER BY score DESC, s.message_id LIMIT %(5)s) AS hit "
         "JOIN messages AS m ON m.id = hit.message_id JOIN buffers AS b ON b.id = m.buffer_id "
         "ORDER BY hit.score DESC, hit.message_id"
     ),
@@ -434,8 +434,8 @@ SQL: dict[str, str] = {
         "SELECT id, buffer_id, pg_catalog.to_tsvector('pg_catalog.simple', body) "
         "FROM (SELECT id, buffer_id, "
         "flowdrop_message_text(content, content_parts) AS body FROM messages "
-        "WHERE (buffer_id, position) > (%(b)s, %(p)s) "
-        "AND (%(e)s::bigint IS NULL OR (buffer_id, position) <= (%(e)s, %(f)s))) AS t "
+        "WHERE (buffer_id, position) > (%(1)s, %(2)s) "
+        "AND (%(3)s::bigint IS NULL OR (buffer_id, position) <= (%(3)s, %(4)s))) AS t "
         "WHERE body <> ''"
     ),
     # The planner's statistics for the new table (the GIN index is kept as rows go in).
@@ -443,20 +443,11 @@ SQL: dict[str, str] = {
 }
 SQL.update(sync_statements.for_postgresql())  # offline sync's, in this dialect
 
-# Statements written with named parameters: the engine's positional rows map onto them.
-NAMED_PARAMS: dict[str, tuple[str, ...]] = {
-    "pairing_state": ("b", "a", "d"),
-    "declare_call": ("b", "c", "d", "o"),
-    "evict_oldest": ("b", "n"),
-    "session_list_all": ("w",),
-    "session_list_for": ("u", "w"),
-    "conversations_recent": ("u", "i", "s", "d", "n"),
-    "conversations_of": ("u", "i", "s", "d", "n"),
-    "fork_messages": ("t", "s", "p", "k", "c", "n"),
-    "fork_ledger": ("t", "s", "c"),
-    "search": ("q", "s", "d", "k", "n"),
-    "search_index_run": ("b", "p", "e", "f"),
-}
+# Statements that use a parameter twice number them, ``%(1)s`` as SQLite's ``?1``:
+# their positional parameters are bound by number (the order is the statement's).
+NUMBERED_PARAMS: frozenset[str] = frozenset(
+    name for name, text in SQL.items() if re.search(r"%\(\d+\)s", text)
+)
 # Steps whose parameters name a message by id alone but PostgreSQL keys it by buffer.
 LOCK_AT = "SELECT id FROM buffers WHERE scope = %s AND scope_id = %s AND key = %s FOR UPDATE"
 _LOCK_ID = "SELECT id FROM buffers WHERE id = %s FOR UPDATE"
@@ -603,7 +594,7 @@ def lock_timeout(warn_after: float) -> str:
 
 def lock_waits(warn_after: float, limit: float | None) -> tuple[str, str, str | None]:
     """The ``SET LOCAL lock_timeout`` statements of a buffer's row lock, as
-    :meth:`_PgTx._locked_state` (and the async twin) runs them: before the lock (until
+    :meth:`.postgresql_io_async.AsyncPgTx._locked_state` runs them: before the lock (until
     the warning, or the store's ``lock_timeout`` if that comes first), after it (every
     later statement: the store's ``lock_timeout``, or none), and before the lock is
     asked again past the warning (None: past ``lock_timeout`` already, give up)."""
@@ -634,10 +625,10 @@ def warn_lock_wait(warn_after: float, address: tuple[str, str, str], where: str)
 
 
 def statement_params(statement: str, params: Any) -> Any:
-    names = NAMED_PARAMS.get(statement)
-    if names is None:
+    """The parameters as psycopg binds them: by number where the statement numbers them."""
+    if statement not in NUMBERED_PARAMS:
         return params
-    return dict(zip(names, params, strict=True))
+    return {str(number): value for number, value in enumerate(params, 1)}
 
 
 def after_begin(queued: list[tuple[str, Any, bool]]) -> int:

@@ -61,7 +61,6 @@ from ..sync.schema import (
     content_md5,
     sqlite_delete_triggers,
 )
-from ..sync.statements import SQLITE_JSON_ARRAYS
 from .base import Backend, Durability, Tx
 
 log = logging.getLogger("flowdrop_local")
@@ -442,8 +441,6 @@ SQL: dict[str, str] = {
     "search_finish": "INSERT INTO message_search (message_search) VALUES ('rebuild')",
 }
 SQL.update(sync_statements.for_sqlite())  # offline sync's, in this dialect
-# Statements whose list parameter SQLite reads as a JSON array (json_each).
-JSON_ARRAY_PARAMS = frozenset({"pairing_state", "used_ids"}) | SQLITE_JSON_ARRAYS
 _EXPORT_CHUNK = 500  # rows an export fetches at a time
 
 
@@ -495,23 +492,19 @@ class _SqliteTx(Tx):
         self._addresses: dict[int, tuple[str, str, str]] = {}
 
     def one(self, statement: str, params: Any = ()) -> Any:
-        if statement in JSON_ARRAY_PARAMS:
-            params = _json_arrays(params)
-        return self.conn.execute(SQL[statement], params).fetchone()
+        return self.conn.execute(SQL[statement], _bound(params)).fetchone()
 
     def all(self, statement: str, params: Any = ()) -> list[Any]:
-        if statement in JSON_ARRAY_PARAMS:
-            params = _json_arrays(params)
-        return self.conn.execute(SQL[statement], params).fetchall()
+        return self.conn.execute(SQL[statement], _bound(params)).fetchall()
 
     def run(self, statement: str, params: Any = ()) -> int:
-        if statement in JSON_ARRAY_PARAMS:
-            params = _json_arrays(params)
-        return self.conn.execute(SQL[statement], params).rowcount
+        return self.conn.execute(SQL[statement], _bound(params)).rowcount
 
     def write(self, statement: str, params: Any = ()) -> None:
         if statement == "insert_message":  # the hot path: no SQL function call for the id
             params = (id_blob(params[0]), *params[1:])
+        else:
+            params = _bound(params)
         self.conn.execute(SQL[statement], params)
 
     def many(self, statement: str, rows: Any) -> None:
@@ -549,6 +542,7 @@ class _SqliteTx(Tx):
         self._remembered.append((self._addresses[state.id], state))
 
     def script(self, sql: str) -> None:
+        self._backend._armed_at = None  # DDL: look at the schema again at the next write
         self.conn.execute(sql)
 
 
@@ -608,8 +602,15 @@ def _utc_now() -> str:
     return f"{now:%Y-%m-%dT%H:%M:%S}.{now.microsecond // 1000:03d}Z"
 
 
-def _json_arrays(params: Any) -> tuple[Any, ...]:
-    return tuple(json.dumps(p) if isinstance(p, list) else p for p in params)
+def _bound(params: Any) -> Any:
+    """The parameters as SQLite binds them: a list as a JSON array, which the statement
+    reads with ``json_each`` (SQLite binds no lists); the rest as they are."""
+    if isinstance(params, dict):
+        return params
+    for value in params:
+        if type(value) is list:
+            return tuple(json.dumps(v) if type(v) is list else v for v in params)
+    return params
 
 
 def register_functions(conn: sqlite3.Connection) -> None:
@@ -666,11 +667,15 @@ class _Checkpointer:
         return True
 
     def _run(self) -> None:
-        try:
-            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as error:  # the store's own connection still checkpoints at close
-            log.debug("no checkpoint connection to %s: %s", self._path, error)
-            return
+        # Opening and closing hold SQLite's mutexes as a checkpoint does: under
+        # ``running`` too, or a fork at the first request (the thread starting)
+        # leaves a child that hangs at its first open.
+        with self.running:
+            try:
+                conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            except sqlite3.Error as error:  # the store's own connection checkpoints at close
+                log.debug("no checkpoint connection to %s: %s", self._path, error)
+                return
         try:
             while True:
                 self._wake.wait()
@@ -686,7 +691,8 @@ class _Checkpointer:
                     except sqlite3.Error as error:
                         log.debug("checkpoint of %s: %s", self._path, error)
         finally:
-            conn.close()
+            with self.running:
+                conn.close()
 
     def forget_after_fork(self) -> None:
         """In a forked child: the thread is the parent's, and no write runs here."""
@@ -965,7 +971,8 @@ class SqliteBackend(Backend):
         connection, this one's open included), this connection's TEMP triggers
         record every deletion and rename it makes (sync.schema.sqlite_delete_triggers),
         saying each tombstone's kind once the store took sync's step 4.
-        Checked again only when the file's schema changed: one pragma a write."""
+        Checked again when another connection committed, or this one ran DDL or
+        rolled back: appends in a row by one writer read no pragma for it."""
         schema = conn.execute("PRAGMA main.schema_version").fetchone()[0]
         if schema == self._armed_at:
             return
@@ -1005,7 +1012,12 @@ class SqliteBackend(Backend):
                 if version != self._data_version or conn.total_changes != self._changes:
                     self._tails.clear()
                     self._data_version = version
-                self._arm_sync(conn)
+                    self._arm_sync(conn)
+                elif self._armed_at is None:
+                    # Nobody else committed and this connection ran no DDL since it
+                    # last looked (script() and a rollback forget it): the schema is
+                    # the one it armed for, and the append is one pragma shorter.
+                    self._arm_sync(conn)
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
@@ -1071,7 +1083,7 @@ class SqliteBackend(Backend):
                     everything = [
                         (i, row)
                         for i, (s, p) in enumerate(reads)
-                        for row in conn.execute(SQL[s], _json_arrays(p)).fetchall()
+                        for row in conn.execute(SQL[s], _bound(p)).fetchall()
                     ]
                     conn.close()
                     for item in everything:
@@ -1079,7 +1091,7 @@ class SqliteBackend(Backend):
                         yield item
                     return
             for i, (statement, params) in enumerate(reads):
-                cursor = conn.execute(SQL[statement], _json_arrays(params))
+                cursor = conn.execute(SQL[statement], _bound(params))
                 while rows := cursor.fetchmany(_EXPORT_CHUNK):
                     for row in rows:
                         self.connection()  # a store closed meanwhile: StoreClosed

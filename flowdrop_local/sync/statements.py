@@ -106,18 +106,6 @@ SQLITE: dict[str, str] = {
         "WHERE buffer_id = ? AND answered_by IS NULL"
     ),
 }
-# SQLite reads these statements' list parameter as a JSON array (json_each).
-SQLITE_JSON_ARRAYS = frozenset(
-    {
-        "sync_contents",
-        "sync_where",
-        "sync_tombstones_held",
-        "sync_versions_of",
-        "sync_links_of",
-        "sync_link_ranks",
-        "sync_untombstone",
-    }
-)
 
 # A buffer's summary on PostgreSQL, as on SQLite.
 _PG_SUMMARY = (
