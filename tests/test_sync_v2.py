@@ -1399,3 +1399,27 @@ def test_a_conversation_written_after_its_deletion_arrived_survives(
     assert sync(a, b, full=True).moved == 0
     a.close()
     b.close()
+
+
+def test_a_store_opened_before_another_enabled_sync_records_its_deletions(
+    tmp_path: Path,
+) -> None:
+    """A connection that wrote before sync was enabled on another connection to its
+    file records its deletions from its next write on: the first one (another
+    connection committed) and the ones after its own appends (nobody else did)."""
+    path = tmp_path / "a.db"
+    with Store(path) as first:
+        buf = first.buffer("global", "", "k")
+        for text in ("0", "1", "2", "3"):
+            buf.append(user(text))  # written while the file does not sync
+        with Store(path) as other:
+            enable(other)
+            other.backup(str(tmp_path / "copy.db"))
+        buf.pop()  # the first write since the other connection enabled sync
+        buf.append(user("4"))
+        buf.pop()  # writes in a row by this connection alone
+        buf.pop()
+        with Store(tmp_path / "copy.db") as copy:
+            sync(first, copy)
+            kept = [m["content"] for m in copy.buffer("global", "", "k").read()]
+    assert kept == ["0", "1"]
