@@ -88,7 +88,12 @@ def main(argv: list[str] | None = None) -> int:
         "--after", help="the version to compare it to (a commit; the working tree if not given)"
     )
     parser.add_argument("--size", type=int, default=10_000, help="messages before a chunk")
-    parser.add_argument("--chunks", type=int, default=10, help="chunks per version (10)")
+    parser.add_argument(
+        "--chunks",
+        type=int,
+        default=10,
+        help="chunks per version, the order swapped every chunk (10)",
+    )
     parser.add_argument("--rounds", type=int, default=300, help="rounds per chunk (300)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="flowdrop-versions-") as tmp:
@@ -101,8 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         }
         found: dict[str, dict[str, list[int]]] = {name: {} for name in trees}
         try:
-            for _ in range(args.chunks):
-                for name, tree in trees.items():
+            for chunk in range(args.chunks):
+                order = list(trees.items())
+                if chunk % 2:  # ABBA: neither version always runs second
+                    order.reverse()
+                for name, tree in order:
                     for kind, times in _chunk(tree, args.size, args.rounds).items():
                         found[name].setdefault(kind, []).extend(times)
         finally:
