@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -1418,6 +1419,36 @@ def test_a_store_opened_before_another_enabled_sync_records_its_deletions(
         buf.pop()  # the first write since the other connection enabled sync
         buf.append(user("4"))
         buf.pop()  # writes in a row by this connection alone
+        buf.pop()
+        with Store(tmp_path / "copy.db") as copy:
+            sync(first, copy)
+            kept = [m["content"] for m in copy.buffer("global", "", "k").read()]
+    assert kept == ["0", "1"]
+
+
+def test_a_write_whose_arming_failed_leaves_the_next_write_to_arm(tmp_path: Path) -> None:
+    """A write that saw another connection's commit (sync enabled) and failed while
+    it armed the triggers leaves the next write to arm them, although that one sees
+    no commit since: a message it appends, backed up, then deleted, stays deleted."""
+    path = tmp_path / "a.db"
+    with Store(path) as first:
+        buf = first.buffer("global", "", "k")
+        for text in ("0", "1"):
+            buf.append(user(text))  # written while the file does not sync
+        with Store(path) as other:
+            enable(other)
+        conn = first.db.conn
+
+        def no_temp_triggers(action: int, *_: object) -> int:
+            return sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_CREATE_TEMP_TRIGGER else 0
+
+        conn.set_authorizer(no_temp_triggers)
+        with pytest.raises(sqlite3.DatabaseError):
+            buf.append(user("never"))  # the first write since the other commit: not armed
+        conn.set_authorizer(None)
+        buf.append(user("2"))  # written after the last sync ...
+        with Store(path, read_only=True) as reader:
+            reader.backup(str(tmp_path / "copy.db"))  # ... and backed up (no commit here)
         buf.pop()
         with Store(tmp_path / "copy.db") as copy:
             sync(first, copy)

@@ -1019,7 +1019,8 @@ class SqliteBackend(Backend):
                     # the one it armed for, and the append is one pragma shorter.
                     self._arm_sync(conn)
             except BaseException:
-                conn.execute("ROLLBACK")
+                # The version is taken: the next write must arm even if nobody commits.
+                self._abort(conn)
                 raise
             return
 
