@@ -172,6 +172,28 @@ def test_an_export_left_early_releases_its_snapshot(target: str) -> None:
     asyncio.run(main())
 
 
+def test_an_export_left_early_ends_its_snapshot_before_the_connection_goes_back(
+    postgresql_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``aclose()`` of an export left early ends its transaction (and cursor) itself
+    before the connection returns to the pool: the pool finds it idle, never rolls
+    it back, and no cleanup of the export runs later on a connection lent again."""
+
+    async def main() -> None:
+        async with AsyncStore(postgresql_url) as store:
+            buf = store.buffer("session", "s1", "chat")
+            await buf.append([{"role": "user", "content": str(i)} for i in range(600)])
+            records = store.export()
+            async for _record in records:
+                break
+            await records.aclose()  # type: ignore[attr-defined]
+            assert await buf.count() == 600
+
+    with caplog.at_level(logging.WARNING, logger="psycopg.pool"):
+        asyncio.run(main())
+    assert [r.getMessage() for r in caplog.records if r.name == "psycopg.pool"] == []
+
+
 # ----------------------------------------------------------------------- errors
 
 Call = Callable[[AsyncStore], Awaitable[Any]]

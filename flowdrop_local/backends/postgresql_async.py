@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import psycopg_pool
@@ -203,10 +203,14 @@ class AsyncPostgresBackend:
         self.ensure_open()
         async with self._connection() as conn:
             self._exporting.add(conn)  # close() ends it, with the snapshot it holds
+            rows = cast(AsyncGenerator[tuple[int, Any], None], exported_rows(self, conn, reads))
             try:
-                async for item in exported_rows(self, conn, reads):
+                async for item in rows:
                     yield item
             finally:
+                # Closed here, not left to the loop's finaliser: its cleanup (cursor,
+                # ROLLBACK) must run before the connection goes back to the pool.
+                await rows.aclose()
                 self._exporting.discard(conn)
 
     async def check(self) -> list[Violation]:
