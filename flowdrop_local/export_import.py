@@ -456,7 +456,7 @@ class _Importer:
 
     def _add_side(self, number: int, kind: object, record: Mapping[str, Any]) -> None:
         """A session, viewer or memory line: checked, then inserted (or refused if present)."""
-        if kind not in _SIDE_FIELDS:
+        if not isinstance(kind, str) or kind not in _SIDE_FIELDS:  # a list is not hashable
             raise InvalidImport(number, f"unknown record kind {kind!r}")
         if kind == "conversation":
             self._add_conversation(number, record)

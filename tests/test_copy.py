@@ -97,6 +97,9 @@ def test_copy_refuses_what_exists_unless_replace(tmp_path: Path) -> None:
     [
         ({"record": "session", "id": "s"}, "must be a"),
         ({"record": "planet"}, "unknown record kind"),
+        ({"record": ["session"]}, "unknown record kind"),  # not hashable: was a TypeError
+        ({"record": {"kind": "memory"}}, "unknown record kind"),
+        ({"record": 7}, "unknown record kind"),
         ({"flowdrop_export": 3}, "upgrade flowdrop_local"),
         ({"flowdrop_export": "2"}, "header"),
         (
