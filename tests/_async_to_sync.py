@@ -5,7 +5,8 @@ from ``postgresql_io_async.py``; ``tests/test_async_to_sync.py`` fails when the 
 is not what this makes. The transformation is on the syntax tree, so it cannot
 miss an ``await`` in a string or rename half a word:
 
-* ``async def``, ``async with``, ``async for`` lose their ``async``; ``await x`` is ``x``;
+* ``async def``, ``async with``, ``async for`` (comprehensions too) lose their ``async``;
+  ``await x`` is ``x``;
 * the names in :data:`BLOCKING` are replaced (``AsyncConnection`` -> ``Connection``,
   ``AsyncPgTx`` -> ``PgTx``...), in names, attributes and imports;
 * ``asyncio.shield(x)`` is ``x`` (a blocking call cannot be cancelled half-way),
@@ -61,6 +62,11 @@ class _Blocking(ast.NodeTransformer):
         self.generic_visit(node)
         fields = {name: getattr(node, name) for name in node._fields}
         return ast.copy_location(ast.For(**fields), node)
+
+    def visit_comprehension(self, node: ast.comprehension) -> ast.comprehension:
+        self.generic_visit(node)
+        node.is_async = 0  # [x async for x in xs] -> [x for x in xs]
+        return node
 
     def visit_Await(self, node: ast.Await) -> ast.expr:
         return self.visit(node.value)  # type: ignore[no-any-return]

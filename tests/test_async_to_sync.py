@@ -15,6 +15,25 @@ from flowdrop_local.backends import postgresql_io, postgresql_io_async
 from ._async_to_sync import SOURCE, TARGET, blocking_tree, comparable
 
 
+def test_the_transform_makes_each_async_construct_blocking() -> None:
+    """Every async form the source may use, on a small module of its own."""
+    source = (
+        '"""doc"""\n'
+        "import asyncio\n"
+        "async def f(pool: AsyncConnectionPool, xs: AsyncIterator[int]) -> list[int]:\n"
+        "    async with pool.connection() as conn:\n"
+        "        await asyncio.shield(conn.close())\n"
+        "    async for x in xs:\n"
+        "        pass\n"
+        "    return [await g(x) async for x in xs]\n"
+    )
+    tree = blocking_tree(source)
+    made = ast.unparse(ast.Module(body=tree.body[1:], type_ignores=[]))  # not the header
+    assert "async" not in made.lower() and "await" not in made and "asyncio" not in made
+    assert "def f(pool: ConnectionPool, xs: Iterator[int])" in made
+    assert "conn.close()" in made and "[g(x) for x in xs]" in made
+
+
 def test_the_blocking_io_is_what_the_generator_makes_of_the_async_source() -> None:
     made = comparable(blocking_tree(SOURCE.read_text(encoding="utf-8")))
     found = comparable(ast.parse(TARGET.read_text(encoding="utf-8")))
