@@ -59,6 +59,22 @@ def test_without_the_thread_the_log_would_grow(tmp_path: Path) -> None:
         assert os.path.getsize(f"{path}-wal") > 100 * 1024 * 1024
 
 
+def test_a_thread_starved_of_the_cpu_leaves_the_writer_to_bound_the_log(tmp_path: Path) -> None:
+    """A thread that is alive but finishes no checkpoint (here it waits on its lock,
+    as a thread on a loaded machine waits for the CPU) cannot report the log's
+    length: the writer counts its own commits since the thread last finished one."""
+    path = tmp_path / "chat.db"
+    with Store(path) as store:
+        backend = store._backend
+        assert isinstance(backend, sqlite_backend.SqliteBackend)
+        checkpointer = backend._checkpointer
+        assert checkpointer is not None
+        with checkpointer.running:  # the thread cannot start a checkpoint meanwhile
+            _append_24_mb(store)
+            assert checkpointer.done == 0
+        assert os.path.getsize(f"{path}-wal") < 40 * 1024 * 1024
+
+
 def test_a_store_whose_thread_is_gone_checkpoints_in_its_commits(tmp_path: Path) -> None:
     """A thread that stopped (or never got a connection) leaves the writer to do it,
     as SQLite would: the log stays bounded."""

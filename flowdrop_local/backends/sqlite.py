@@ -633,6 +633,8 @@ CHECKPOINT_AFTER_CHANGES = 1000
 # the writer copies what is left itself, after its commit, as SQLite would (most of
 # it is copied already), so the log stays bounded under any load.
 CHECKPOINT_BY_THE_WRITER_PAGES = 4000
+CHECKPOINT_BY_THE_WRITER_COMMITS = 1000  # ... or after this many commits, or changed
+CHECKPOINT_BY_THE_WRITER_CHANGES = 4000  # rows, since the thread last finished one
 
 
 class _Checkpointer:
@@ -648,6 +650,7 @@ class _Checkpointer:
         self._stopped = False
         self._thread: threading.Thread | None = None
         self.log_pages = 0  # the log's length at the thread's last checkpoint
+        self.done = 0  # checkpoints the thread finished (a writer sees it fall behind)
         self.running = threading.Lock()  # held for each checkpoint (and across a fork)
 
     def request(self) -> bool:
@@ -688,6 +691,7 @@ class _Checkpointer:
                     try:
                         row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                         self.log_pages = int(row[1])
+                        self.done += 1
                     except sqlite3.Error as error:
                         log.debug("checkpoint of %s: %s", self._path, error)
         finally:
@@ -760,6 +764,9 @@ class SqliteBackend(Backend):
         self._checkpointer: _Checkpointer | None = None  # a writable WAL file's
         self._commits_since_checkpoint = 0
         self._changes_at_checkpoint = 0
+        self._done_seen = 0  # the thread's count of finished checkpoints, last seen
+        self._commits_since_done = 0
+        self._changes_at_done = 0
         # Whether this backend created the file (a caller whose work then fails may
         # remove it: _files.remove_database).
         self.created = False
@@ -863,14 +870,27 @@ class SqliteBackend(Backend):
         checkpointer = self._checkpointer
         if checkpointer is None:
             return
-        if checkpointer.log_pages >= CHECKPOINT_BY_THE_WRITER_PAGES:
+        # The thread's last word on the log's length is stale while it is starved of
+        # the CPU: past this many commits or changed rows without one finished, the
+        # writer copies the log itself too.
+        changes = conn.total_changes
+        if checkpointer.done != self._done_seen:
+            self._done_seen = checkpointer.done
+            self._commits_since_done, self._changes_at_done = 0, changes
+        else:
+            self._commits_since_done += 1
+        behind = (
+            self._commits_since_done >= CHECKPOINT_BY_THE_WRITER_COMMITS
+            or changes - self._changes_at_done >= CHECKPOINT_BY_THE_WRITER_CHANGES
+        )
+        if checkpointer.log_pages >= CHECKPOINT_BY_THE_WRITER_PAGES or behind:
             checkpointer.log_pages = 0
+            self._commits_since_done, self._changes_at_done = 0, changes
             try:
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             except sqlite3.Error as error:  # the next commit asks again
                 log.debug("checkpoint of %s: %s", self.path, error)
         self._commits_since_checkpoint += 1
-        changes = conn.total_changes
         if (
             self._commits_since_checkpoint >= CHECKPOINT_AFTER_COMMITS
             or changes - self._changes_at_checkpoint >= CHECKPOINT_AFTER_CHANGES
