@@ -1402,6 +1402,92 @@ def test_a_conversation_written_after_its_deletion_arrived_survives(
     b.close()
 
 
+@pytest.mark.parametrize("when", ["after the deletion", "before the deletion"])
+def test_a_turn_the_deleting_side_never_saw_keeps_the_conversation(
+    tmp_path: Path, target: str, when: str
+) -> None:
+    """Campaign five: a conversation's deletion was judged against the other side's
+    append by their stamps, taken from two clocks (the deleting store's runs ahead
+    after a burst of edits), so a turn written after the deletion on a store that had
+    not received it was deleted with the conversation; and a turn written on a stale
+    copy before it went too. A deletion now deletes what the deleting side held
+    (its tombstones): a turn it never saw keeps the conversation, on both sides,
+    whatever the clocks say."""
+    import time
+
+    a = Store(tmp_path / "a.db")
+    b = Store(target)
+    x = ("chat", "ana", "trip")
+    a.buffer(*x).append({"role": "user", "content": "Plan a trip."})
+    a.buffer(*x).set_title("Trip")
+    sync(a, b)
+    if when == "before the deletion":
+        b.buffer(*x).append({"role": "user", "content": "Lisbon, then."})
+        time.sleep(0.01)
+    _clock_ahead(a)
+    a.buffer(*x).delete()
+    if when == "after the deletion":
+        time.sleep(0.01)
+        b.buffer(*x).append({"role": "user", "content": "Lisbon, then."})
+    sync(a, b)
+    for store in (a, b):
+        assert [m["content"] for m in store.buffer(*x).read()] == ["Lisbon, then."], store.path
+        assert store.buffer(*x).info().title == "Trip"
+        assert store.check() == []
+    assert sync(a, b, full=True).moved == 0
+    a.close()
+    b.close()
+
+
+def test_a_tool_result_alone_does_not_keep_a_deleted_conversation(tmp_path: Path) -> None:
+    """A result the deleting side never saw, answering a call it deleted, is not a
+    turn: the conversation goes on both sides and does not come back."""
+    a, b = pair(tmp_path)
+    x = ("global", "", "k")
+    a.buffer(*x).append(
+        [user("q"), {"role": "assistant", "content": "", "tool_calls": [{"id": "c1"}]}]
+    )
+    sync(a, b)
+    b.buffer(*x).append({"role": "tool", "tool_call_id": "c1", "content": "late"})
+    a.buffer(*x).delete()
+    report = sync(a, b)
+    assert report.conversations_deleted_on_b == 1
+    for _ in range(2):
+        sync(a, b)
+        for store in (a, b):
+            assert x not in contents(store), store.path
+            assert store.check() == []
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(pairs=st.lists(st.sampled_from([(0, 1), (0, 2), (1, 2)]), min_size=4, max_size=8))
+def test_three_replicas_keep_every_turn_the_deleter_never_saw(
+    tmp_path_factory: pytest.TempPathFactory, pairs: list[tuple[int, int]]
+) -> None:
+    """Three copies: the first deletes a conversation all three held, the second
+    wrote a turn the first never saw, the third holds only what was deleted. In any
+    order of syncs the turn survives, alone, and every copy ends the same."""
+    root = tmp_path_factory.mktemp("three")
+    first = Store(root / "0.db")
+    enable(first)
+    x = ("global", "", "k")
+    first.buffer(*x).append([user("old one"), user("old two")])
+    for n in (1, 2):
+        first.backup(str(root / f"{n}.db"))
+    stores = [first, Store(root / "1.db"), Store(root / "2.db")]
+    stores[1].buffer(*x).append(user("new, never seen by the first"))
+    _clock_ahead(first, edits=200)
+    first.buffer(*x).delete()
+    for i, j in [*pairs, (0, 1), (1, 2), (0, 2), (0, 1)]:
+        sync(stores[i], stores[j])
+    for store in stores:
+        assert contents(store).get(x) == [("user", "new, never seen by the first")], store.path
+        assert store.check() == []
+        store.close()
+
+
 def test_a_store_opened_before_another_enabled_sync_records_its_deletions(
     tmp_path: Path,
 ) -> None:

@@ -1,6 +1,8 @@
-"""Conversations across a sync: title, metadata and existence go by last writer
-wins; a deletion (recorded by the triggers, or found) deletes the buffer on the
-other side, with tombstones for what it held there."""
+"""Conversations across a sync: title and metadata go by last writer wins; a
+deletion (recorded by the triggers, or found) deletes the buffer on the other side,
+with tombstones for what it held there, unless that side holds a turn the deleting
+side never saw (observed-remove: a deletion removes what its side held, whatever
+the clocks say)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from ..errors import (
 )
 from ..rules.merge import Version, latest, stamp
 from .common import Address, Scopes
-from .registers import ceiling_of
+from .registers import ceiling_of, tick
 from .report import Report
 from .side import Side, deletion_kind
 
@@ -98,6 +100,8 @@ def sync_conversations(
         winner = latest(held["a"].version, held["b"].version)
         if winner is None:
             continue
+        if winner.deleted:
+            winner = _kept_by_an_unseen_turn(a, b, held, winner)
         for side in (a, b):
             found = held[side.label]
             if found.version == winner and found.recorded == (winner.stamp, winner.deleted):
@@ -133,6 +137,24 @@ def sync_conversations(
                 side.tx.run("import_conversation", (title, text, created, int(row[0])))
             if differs:
                 report.add(f"conversations_named_on_{side.label}", 1)
-            if found.recorded is not None or (title, metadata) != ("", {}):
+            if found.recorded is not None or (title, metadata) != ("", {}) or made:
                 side.tx.run("sync_conversation_put", (*address, winner.stamp, 0))
     return deleted
+
+
+def _kept_by_an_unseen_turn(
+    a: Side, b: Side, held: dict[str, Conversation], deletion: Version
+) -> Version:
+    """The version that stands against a conversation's deletion: the deletion, or,
+    when the live side still holds a turn after the deletion's tombstones removed
+    what the deleting side held (so one that side never saw), the live side's title
+    and metadata, stamped just after the deletion so that no copy of the deletion
+    wins again. A tool result alone is not a turn: it answers a call that went."""
+    for side in (a, b):
+        row = held[side.label].row
+        version = held[side.label].version
+        if row is None or version is None or version.deleted:
+            continue
+        if any(e.role != "tool" for e in side.entries(int(row[0]))):
+            return Version(tick(max(deletion.stamp, version.stamp)), False, version.text)
+    return deletion
