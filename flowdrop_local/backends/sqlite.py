@@ -884,12 +884,20 @@ class SqliteBackend(Backend):
             or changes - self._changes_at_done >= CHECKPOINT_BY_THE_WRITER_CHANGES
         )
         if checkpointer.log_pages >= CHECKPOINT_BY_THE_WRITER_PAGES or behind:
-            checkpointer.log_pages = 0
-            self._commits_since_done, self._changes_at_done = 0, changes
+            # Until the log is copied whole (then the next write starts it again),
+            # every commit tries: one that finds the thread mid-checkpoint (busy)
+            # or copies part of the log must not wait for the thread's next word.
+            whole = False
             try:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            except sqlite3.Error as error:  # the next commit asks again
+                busy, pages, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                whole = not busy and copied >= pages
+            except sqlite3.Error as error:  # the next commit tries again
                 log.debug("checkpoint of %s: %s", self.path, error)
+            if whole:
+                checkpointer.log_pages = 0
+                self._commits_since_done, self._changes_at_done = 0, changes
+            else:
+                checkpointer.log_pages = max(checkpointer.log_pages, CHECKPOINT_BY_THE_WRITER_PAGES)
         self._commits_since_checkpoint += 1
         if (
             self._commits_since_checkpoint >= CHECKPOINT_AFTER_COMMITS
